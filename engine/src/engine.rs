@@ -1,0 +1,242 @@
+//! The public face of the engine: start it, submit requests, learn when it dies.
+//!
+//! One dedicated OS thread owns the llama.cpp backend, model and context (the
+//! context borrows the model and is not `Sync`). Everything else holds an
+//! [`Engine`], which is only a channel to that thread plus read-only facts.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::EngineError;
+use crate::executor;
+use crate::format::{ChatFormat, GrammarSpec};
+use crate::sampling::SamplingParams;
+
+/// Largest default context: the model's training context is used up to this
+/// many tokens unless `--ctx-size` says otherwise, so a 128k-context model does
+/// not allocate gigabytes of KV cache by surprise.
+pub const DEFAULT_MAX_CTX: u32 = 8192;
+/// Tokens decoded per `llama_decode` call at most (llama-server's default).
+pub const BATCH_SIZE: u32 = 2048;
+/// Physical micro-batch size (llama-server's default).
+pub const UBATCH_SIZE: u32 = 512;
+
+/// How to load and run the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    /// Context size in tokens, shared by all slots; `None` picks the model's
+    /// training context capped at [`DEFAULT_MAX_CTX`].
+    pub n_ctx: Option<u32>,
+    /// Sequences decoded together.
+    pub n_parallel: u32,
+    /// CPU threads for decoding; `None` uses every core.
+    pub n_threads: Option<u32>,
+}
+
+/// Facts about the loaded model.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// The model's id: its file name without `.gguf`.
+    pub id: String,
+    pub path: PathBuf,
+    pub architecture: String,
+    /// Context size in use, in tokens.
+    pub n_ctx: u32,
+    pub n_ctx_train: u32,
+    pub n_parallel: u32,
+    pub n_params: u64,
+    pub size_bytes: u64,
+    pub format: ChatFormat,
+}
+
+/// One generation request, with an already rendered prompt.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GenerateRequest {
+    pub prompt: String,
+    pub sampling: SamplingParams,
+    /// `None` generates until the model stops or the context is full.
+    pub max_tokens: Option<u32>,
+    pub stops: Vec<String>,
+    pub grammar: Option<GrammarSpec>,
+}
+
+/// Why a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` reached or the context is full.
+    Length,
+}
+
+/// Token counts and times of one request, as llama-server's `timings`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Timings {
+    /// Prompt tokens reused from the KV cache.
+    pub cache_n: usize,
+    /// Prompt tokens decoded.
+    pub prompt_n: usize,
+    pub prompt_ms: f64,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    pub predicted_ms: f64,
+}
+
+impl Timings {
+    pub fn prompt_per_second(&self) -> f64 {
+        per_second(self.prompt_n, self.prompt_ms)
+    }
+    pub fn predicted_per_second(&self) -> f64 {
+        per_second(self.predicted_n, self.predicted_ms)
+    }
+}
+
+fn per_second(n: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        n as f64 * 1000.0 / ms
+    } else {
+        0.0
+    }
+}
+
+/// What a running sequence reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenerationEvent {
+    /// Text generated since the last event; never splits a character or leaks
+    /// part of a stop string.
+    Text(String),
+    /// The sequence ended normally.
+    Finished { reason: FinishReason, timings: Timings },
+    /// The sequence ended with an error.
+    Failed(EngineError),
+}
+
+/// A submitted request: its events arrive on `events`. Dropping the receiver
+/// cancels the sequence at the next decode step and frees its slot.
+#[derive(Debug)]
+pub struct Submitted {
+    pub events: mpsc::UnboundedReceiver<GenerationEvent>,
+    /// Tokens in the prompt (reused and decoded).
+    pub n_prompt: usize,
+}
+
+/// Live counters the engine thread keeps for `/metrics`.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub active_slots: AtomicUsize,
+    pub queued: AtomicUsize,
+}
+
+/// Messages to the engine thread.
+pub(crate) enum Command {
+    Submit {
+        request: Box<GenerateRequest>,
+        reply: oneshot::Sender<Result<Submitted, EngineError>>,
+    },
+    /// Makes the engine thread panic, to test recovery.
+    #[cfg(feature = "fault-injection")]
+    Panic,
+}
+
+/// How the engine thread ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Every [`Engine`] handle was dropped.
+    Normal,
+    /// The thread panicked with this message.
+    Panicked(String),
+}
+
+/// A handle to the engine thread. Cheap to clone; the thread ends when the
+/// last handle is dropped and every sequence has finished.
+#[derive(Clone)]
+pub struct Engine {
+    commands: std::sync::mpsc::Sender<Command>,
+    info: Arc<ModelInfo>,
+    stats: Arc<EngineStats>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("model", &self.info.id).finish()
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread and waits until the model is loaded. Blocking:
+    /// call it from a blocking-capable thread.
+    ///
+    /// Returns the handle and a receiver that fires when the thread ends.
+    pub fn start(config: EngineConfig) -> Result<(Engine, oneshot::Receiver<Exit>), EngineError> {
+        let (commands, command_rx) = std::sync::mpsc::channel();
+        let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let stats = Arc::new(EngineStats::default());
+        let thread_stats = Arc::clone(&stats);
+        let spawned = std::thread::Builder::new().name("llama-engine".into()).spawn(move || {
+            let _exit = ExitGuard(Some(exit_tx));
+            executor::run(config, command_rx, loaded_tx, thread_stats);
+        });
+        if let Err(err) = spawned {
+            return Err(EngineError::Load {
+                path: String::new(),
+                reason: format!("cannot start the engine thread: {err}"),
+            });
+        }
+        match loaded_rx.recv() {
+            Ok(Ok(info)) => Ok((Engine { commands, info: Arc::new(info), stats }, exit_rx)),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(EngineError::Stopped),
+        }
+    }
+
+    pub fn info(&self) -> &Arc<ModelInfo> {
+        &self.info
+    }
+
+    pub fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+
+    /// Queues a request. The prompt is tokenized and the grammar compiled
+    /// before this returns, so their errors come back here, not as events.
+    pub async fn submit(&self, request: GenerateRequest) -> Result<Submitted, EngineError> {
+        let (reply, reply_rx) = oneshot::channel();
+        self.commands.send(Command::Submit { request: Box::new(request), reply }).map_err(|_| EngineError::Stopped)?;
+        reply_rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Makes the engine thread panic (fault-injection builds only).
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_panic(&self) {
+        let _ = self.commands.send(Command::Panic);
+    }
+}
+
+/// Reports the thread's end, including a panic, when dropped.
+struct ExitGuard(Option<oneshot::Sender<Exit>>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let exit =
+            if std::thread::panicking() { Exit::Panicked("the engine thread panicked".into()) } else { Exit::Normal };
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(exit);
+        }
+    }
+}
+
+impl Exit {
+    pub fn is_panic(&self) -> bool {
+        matches!(self, Exit::Panicked(_))
+    }
+}
+
+/// Publishes a gauge value for `/metrics`.
+pub(crate) fn set_gauge(gauge: &AtomicUsize, value: usize) {
+    gauge.store(value, Ordering::Relaxed);
+}

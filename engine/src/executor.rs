@@ -1,0 +1,628 @@
+//! The engine thread: loads the model and runs the batch executor.
+//!
+//! Each loop iteration takes new commands, admits queued requests into free
+//! slots (continuous batching: a request joins between decode steps), builds
+//! one batch with a token for every generating sequence plus prompt chunks of
+//! prefilling ones, decodes it, and samples for every sequence that got
+//! logits. The KV cache is unified, so one long request can use the whole
+//! context while the others are short.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
+use tokio::sync::mpsc;
+
+use crate::engine::{
+    set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
+    Submitted, Timings, BATCH_SIZE, DEFAULT_MAX_CTX, UBATCH_SIZE,
+};
+use crate::error::EngineError;
+use crate::format::ChatFormat;
+use crate::prefix::{common_prefix, plan_reuse, CachedSequence};
+use crate::sampling::build_sampler;
+use crate::template::ChatTemplate;
+use crate::text::{Pushed, TextStream};
+
+/// llama.cpp's backend is process-global and may be initialized only once per
+/// process, so it outlives any one engine thread: a restarted engine reuses it.
+static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+
+fn backend() -> Result<&'static LlamaBackend, String> {
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|err| err.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Entry point of the engine thread.
+pub(crate) fn run(
+    config: EngineConfig,
+    commands: Receiver<Command>,
+    loaded: Sender<Result<ModelInfo, EngineError>>,
+    stats: Arc<EngineStats>,
+) {
+    let load_error = |reason: String| EngineError::Load { path: config.model_path.display().to_string(), reason };
+    let backend = match backend() {
+        Ok(backend) => backend,
+        Err(reason) => {
+            let _ = loaded.send(Err(load_error(reason)));
+            return;
+        }
+    };
+    let model = match LlamaModel::load_from_file(backend, &config.model_path, &LlamaModelParams::default()) {
+        Ok(model) => model,
+        Err(err) => {
+            let _ = loaded.send(Err(load_error(err.to_string())));
+            return;
+        }
+    };
+    let n_ctx = config.n_ctx.unwrap_or_else(|| model.n_ctx_train().min(DEFAULT_MAX_CTX)).max(1);
+    let n_parallel = config.n_parallel.max(1);
+    let threads = config
+        .n_threads
+        .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(BATCH_SIZE)
+        .with_n_ubatch(UBATCH_SIZE)
+        .with_n_seq_max(n_parallel)
+        .with_kv_unified(true)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let ctx = match model.new_context(backend, params) {
+        Ok(ctx) => ctx,
+        Err(err) => {
+            let _ = loaded.send(Err(load_error(format!("cannot create a context of {n_ctx} tokens: {err}"))));
+            return;
+        }
+    };
+    let info = match model_info(&model, &config, n_ctx, n_parallel) {
+        Ok(info) => info,
+        Err(err) => {
+            let _ = loaded.send(Err(err));
+            return;
+        }
+    };
+    let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(model.vocab().bos(), true, None)).into_owned();
+    if loaded.send(Ok(info)).is_err() {
+        return;
+    }
+    let mut executor = Executor::new(&model, ctx, n_parallel as usize, bos_text, stats);
+    executor.run(commands);
+}
+
+fn model_info(
+    model: &LlamaModel,
+    config: &EngineConfig,
+    n_ctx: u32,
+    n_parallel: u32,
+) -> Result<ModelInfo, EngineError> {
+    let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
+    let gguf_template = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
+    let vocab = model.vocab();
+    let token_text = |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned();
+    let template = ChatTemplate::for_model(
+        gguf_template.as_deref(),
+        &architecture,
+        &token_text(vocab.bos()),
+        &token_text(vocab.eos()),
+    )
+    .map_err(|err| EngineError::Load {
+        path: config.model_path.display().to_string(),
+        reason: format!("its chat template does not compile: {err}"),
+    })?;
+    let id = config
+        .model_path
+        .file_name()
+        .map(|name| name.to_string_lossy().trim_end_matches(".gguf").to_string())
+        .unwrap_or_default();
+    Ok(ModelInfo {
+        id,
+        path: config.model_path.clone(),
+        architecture,
+        n_ctx,
+        n_ctx_train: model.n_ctx_train(),
+        n_parallel,
+        n_params: model.n_params(),
+        size_bytes: model.size(),
+        format: ChatFormat::new(template),
+    })
+}
+
+/// A request waiting for a free slot.
+struct Queued {
+    tokens: Vec<LlamaToken>,
+    text: String,
+    request: Box<GenerateRequest>,
+    sampler: LlamaSampler,
+    events: mpsc::UnboundedSender<GenerationEvent>,
+}
+
+/// A request running in a slot.
+struct Active {
+    events: mpsc::UnboundedSender<GenerationEvent>,
+    sampler: LlamaSampler,
+    text: TextStream,
+    max_tokens: Option<u32>,
+    /// Prompt tokens not yet decoded, and the text they came from (when known).
+    prompt_pending: Vec<LlamaToken>,
+    prompt_decoded: usize,
+    prompt_text: Option<Vec<u8>>,
+    /// The sampled token to feed next, with its text.
+    next: Option<(LlamaToken, Vec<u8>)>,
+    /// Index in the current batch whose logits belong to this sequence.
+    logits_at: Option<i32>,
+    /// Prompt tokens this sequence put into the current batch.
+    prompt_in_batch: usize,
+    timings: Timings,
+    started: Instant,
+    first_token: Option<Instant>,
+}
+
+struct Slot {
+    seq: i32,
+    cache: CachedSequence<LlamaToken>,
+    active: Option<Active>,
+    /// When the slot was last used, for evicting idle caches oldest first.
+    last_used: u64,
+}
+
+impl Slot {
+    /// Takes the running request out of the slot. Prompt tokens decoded so far
+    /// stay in the KV cache and are recorded (without text: the text of a
+    /// prompt is only recorded once the whole prompt is in).
+    fn release(&mut self) -> Option<Active> {
+        let active = self.active.take()?;
+        if active.next.is_none() && active.prompt_decoded < active.prompt_pending.len() {
+            self.cache.push_tokens_without_text(&active.prompt_pending[..active.prompt_decoded]);
+        }
+        Some(active)
+    }
+}
+
+struct Executor<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    slots: Vec<Slot>,
+    queue: VecDeque<Queued>,
+    n_ctx: usize,
+    /// The memory can drop an arbitrary tail of a sequence (not true of
+    /// sliding-window or recurrent models).
+    partial_removal_ok: bool,
+    bos_text: String,
+    stats: Arc<EngineStats>,
+    clock: u64,
+}
+
+impl<'m> Executor<'m> {
+    fn new(
+        model: &'m LlamaModel,
+        ctx: LlamaContext<'m>,
+        n_parallel: usize,
+        bos_text: String,
+        stats: Arc<EngineStats>,
+    ) -> Self {
+        let n_ctx = ctx.n_ctx() as usize;
+        let swa = model
+            .meta_val_str(&format!(
+                "{}.attention.sliding_window",
+                model.meta_val_str("general.architecture").unwrap_or_default()
+            ))
+            .is_ok();
+        Executor {
+            model,
+            ctx,
+            batch: LlamaBatch::new(BATCH_SIZE as usize, 1),
+            slots: (0..n_parallel)
+                .map(|i| Slot { seq: i as i32, cache: CachedSequence::default(), active: None, last_used: 0 })
+                .collect(),
+            queue: VecDeque::new(),
+            n_ctx,
+            partial_removal_ok: !(swa || model.is_recurrent() || model.is_hybrid()),
+            bos_text,
+            stats,
+            clock: 0,
+        }
+    }
+
+    fn run(&mut self, commands: Receiver<Command>) {
+        loop {
+            let busy = self.slots.iter().any(|s| s.active.is_some()) || !self.queue.is_empty();
+            if !busy {
+                // Idle: sleep until a command arrives; a closed channel ends the thread.
+                match commands.recv() {
+                    Ok(command) => self.handle(command),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match commands.try_recv() {
+                    Ok(command) => self.handle(command),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if !self.slots.iter().any(|s| s.active.is_some()) && self.queue.is_empty() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.publish_stats();
+            if self.slots.iter().any(|s| s.active.is_some()) {
+                self.step();
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Submit { request, reply } => {
+                let result = self.prepare(request);
+                match result {
+                    Ok((queued, submitted)) => {
+                        if reply.send(Ok(submitted)).is_ok() {
+                            self.queue.push_back(queued);
+                        }
+                    }
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+            }
+            #[cfg(feature = "fault-injection")]
+            Command::Panic => panic!("fault injection: engine thread panic requested"),
+        }
+    }
+
+    /// Tokenizes the prompt and compiles the grammar, so the caller learns of
+    /// bad input before anything is queued.
+    fn prepare(&mut self, request: Box<GenerateRequest>) -> Result<(Queued, Submitted), EngineError> {
+        let tokens = self.tokenize(&request.prompt, true);
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        // One token of room is needed to generate anything.
+        if tokens.len() >= self.n_ctx {
+            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx: self.n_ctx });
+        }
+        let grammar = request.grammar.as_ref().map(crate::grammar::compile).transpose()?;
+        let sampler = build_sampler(self.model, &request.sampling, grammar.as_ref())?;
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let n_prompt = tokens.len();
+        let text = request.prompt.clone();
+        Ok((Queued { tokens, text, request, sampler, events }, Submitted { events: events_rx, n_prompt }))
+    }
+
+    fn tokenize(&self, text: &str, at_start: bool) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        // Templates usually write the BOS text themselves; adding another would
+        // put two at the front.
+        let add_bos =
+            at_start && vocab.should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
+        vocab.tokenize(text.as_bytes(), add_bos, true)
+    }
+
+    /// Ends sequences whose receiver is gone (client disconnected or request
+    /// cancelled): the slot is freed and the KV entries kept for reuse.
+    fn drop_cancelled(&mut self) {
+        self.queue.retain(|q| !q.events.is_closed());
+        for slot in &mut self.slots {
+            if slot.active.as_ref().is_some_and(|a| a.events.is_closed()) {
+                slot.release();
+            }
+        }
+    }
+
+    fn kv_used(&self) -> usize {
+        self.slots.iter().map(|s| s.cache.len()).sum()
+    }
+
+    /// Moves queued requests into free slots, choosing for each the slot whose
+    /// cache shares the longest prefix with its prompt.
+    fn admit(&mut self) {
+        while let Some(queued) = self.queue.front() {
+            let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].active.is_none()).collect();
+            if free.is_empty() {
+                return;
+            }
+            // Reuse measured by tokens and by text; see `prefix`.
+            let score = |slot: &Slot| {
+                let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
+                let by_text = slot.cache.text_match(queued.text.as_bytes()).0;
+                by_tokens.max(by_text)
+            };
+            let Some(&best) =
+                free.iter().max_by_key(|&&i| (score(&self.slots[i]), std::cmp::Reverse(self.slots[i].last_used)))
+            else {
+                return;
+            };
+            // Active sequences plus this prompt must fit the shared context;
+            // idle caches are evicted for it, oldest first.
+            let active_used: usize = self.slots.iter().filter(|s| s.active.is_some()).map(|s| s.cache.len()).sum();
+            let busy = self.slots.iter().any(|s| s.active.is_some());
+            if busy && active_used + queued.tokens.len() + 1 > self.n_ctx {
+                return;
+            }
+            let Some(queued) = self.queue.pop_front() else { return };
+            self.start(best, queued);
+        }
+    }
+
+    fn start(&mut self, index: usize, queued: Queued) {
+        self.clock += 1;
+        let partial_ok = self.partial_removal_ok;
+        let slot = &mut self.slots[index];
+        let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
+        let (text_tokens, text_bytes) = slot.cache.text_match(queued.text.as_bytes());
+        // The prompt as tokens, with the text of the part after the reused prefix.
+        let (prompt, common, text_from): (Vec<LlamaToken>, usize, Option<usize>) = if text_tokens > by_tokens {
+            let mut tokens = slot.cache.tokens()[..text_tokens].to_vec();
+            let rest = &queued.text[text_bytes..];
+            tokens.extend(self.model.vocab().tokenize(rest.as_bytes(), false, true));
+            (tokens, text_tokens, Some(text_bytes))
+        } else {
+            (queued.tokens, by_tokens, None)
+        };
+        let slot = &mut self.slots[index];
+        let mut plan = plan_reuse(slot.cache.len(), prompt.len(), common, partial_ok);
+        if plan.removed > 0 {
+            let removed = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(plan.keep as u32), None);
+            if !matches!(removed, Ok(true)) {
+                let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                plan.keep = 0;
+            }
+            slot.cache.truncate(plan.keep);
+        }
+        // The text of the tokens still to decode, when it is known exactly.
+        let prompt_text = match text_from {
+            Some(offset) if plan.keep == common => Some(queued.text.as_bytes()[offset..].to_vec()),
+            _ if plan.keep == 0 => Some(queued.text.as_bytes().to_vec()),
+            _ => None,
+        };
+        if plan.keep == 0 {
+            slot.cache.clear();
+        }
+        let cache_n = plan.keep;
+        slot.last_used = self.clock;
+        slot.active = Some(Active {
+            events: queued.events,
+            sampler: queued.sampler,
+            text: TextStream::new(&queued.request.stops),
+            max_tokens: queued.request.max_tokens,
+            prompt_pending: prompt[cache_n..].to_vec(),
+            prompt_decoded: 0,
+            prompt_text,
+            next: None,
+            logits_at: None,
+            prompt_in_batch: 0,
+            timings: Timings { cache_n, ..Timings::default() },
+            started: Instant::now(),
+            first_token: None,
+        });
+    }
+
+    fn publish_stats(&self) {
+        set_gauge(&self.stats.active_slots, self.slots.iter().filter(|s| s.active.is_some()).count());
+        set_gauge(&self.stats.queued, self.queue.len());
+    }
+
+    /// Builds and decodes one batch, then samples.
+    fn step(&mut self) {
+        self.make_room();
+        self.batch.clear();
+        let mut budget = BATCH_SIZE as usize;
+        // Generating sequences first: one token each keeps every stream moving
+        // while a long prompt is prefilled in chunks.
+        for slot in &mut self.slots {
+            let Some(active) = slot.active.as_mut() else { continue };
+            active.logits_at = None;
+            active.prompt_in_batch = 0;
+            if let Some((token, _)) = &active.next {
+                let pos = slot.cache.len() as i32;
+                if self.batch.add(*token, pos, &[slot.seq], true).is_ok() {
+                    active.logits_at = Some(self.batch.n_tokens() - 1);
+                    budget -= 1;
+                }
+            }
+        }
+        for slot in &mut self.slots {
+            let Some(active) = slot.active.as_mut() else { continue };
+            if active.next.is_some() || active.prompt_pending.len() == active.prompt_decoded || budget == 0 {
+                continue;
+            }
+            let start = active.prompt_decoded;
+            let take = (active.prompt_pending.len() - start).min(budget);
+            let base = (slot.cache.len() + start) as i32;
+            for i in 0..take {
+                let last = start + i + 1 == active.prompt_pending.len();
+                if self.batch.add(active.prompt_pending[start + i], base + i as i32, &[slot.seq], last).is_err() {
+                    break;
+                }
+                active.prompt_in_batch += 1;
+                if last {
+                    active.logits_at = Some(self.batch.n_tokens() - 1);
+                }
+            }
+            budget -= active.prompt_in_batch;
+        }
+        if self.batch.n_tokens() == 0 {
+            return;
+        }
+        match self.ctx.decode(&mut self.batch) {
+            Ok(()) => {}
+            Err(DecodeError::NoKvCacheSlot) => {
+                // The shared cache is full: free idle caches, or end the
+                // youngest sequence, and try again next step.
+                if !self.evict_idle(usize::MAX) {
+                    self.end_youngest_for_room();
+                }
+                return;
+            }
+            Err(err) => {
+                self.fail_batch(&err.to_string());
+                return;
+            }
+        }
+        self.after_decode();
+    }
+
+    /// Makes sure the cells this step needs are free: idle caches go first;
+    /// a sequence that would outgrow the context ends with `length`.
+    fn make_room(&mut self) {
+        let needed: usize = self
+            .slots
+            .iter()
+            .filter_map(|s| s.active.as_ref())
+            .map(|a| {
+                if a.next.is_some() {
+                    1
+                } else {
+                    (a.prompt_pending.len() - a.prompt_decoded).min(BATCH_SIZE as usize)
+                }
+            })
+            .sum();
+        if self.kv_used() + needed > self.n_ctx {
+            self.evict_idle(self.kv_used() + needed - self.n_ctx);
+        }
+        for index in 0..self.slots.len() {
+            let full =
+                self.slots[index].active.as_ref().is_some_and(|a| a.next.is_some()) && self.kv_used() + 1 > self.n_ctx;
+            if full {
+                self.finish(index, FinishReason::Length);
+            }
+        }
+    }
+
+    /// Clears idle caches, oldest first, until `cells` are freed. Returns
+    /// whether anything was freed.
+    fn evict_idle(&mut self, cells: usize) -> bool {
+        let mut idle: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].cache.is_empty())
+            .collect();
+        idle.sort_by_key(|&i| self.slots[i].last_used);
+        let mut freed = 0;
+        for i in idle {
+            if freed >= cells {
+                break;
+            }
+            freed += self.slots[i].cache.len();
+            let _ = self.ctx.clear_kv_cache_seq(Some(self.slots[i].seq as u32), None, None);
+            self.slots[i].cache.clear();
+        }
+        freed > 0
+    }
+
+    fn end_youngest_for_room(&mut self) {
+        let youngest =
+            (0..self.slots.len()).filter(|&i| self.slots[i].active.is_some()).max_by_key(|&i| self.slots[i].last_used);
+        if let Some(index) = youngest {
+            self.finish(index, FinishReason::Length);
+        }
+    }
+
+    fn fail_batch(&mut self, reason: &str) {
+        for index in 0..self.slots.len() {
+            let in_batch = self.slots[index].active.as_ref().is_some_and(|a| a.next.is_some() || a.prompt_in_batch > 0);
+            if in_batch {
+                if let Some(active) = self.slots[index].active.take() {
+                    let _ = active.events.send(GenerationEvent::Failed(EngineError::Decode(reason.to_string())));
+                }
+                let seq = self.slots[index].seq;
+                let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+                self.slots[index].cache.clear();
+            }
+        }
+    }
+
+    /// Records what the batch put into the KV cache, then samples.
+    fn after_decode(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            let Some(active) = slot.active.as_mut() else { continue };
+            if let Some((token, piece)) = active.next.take() {
+                slot.cache.push_chunk(&[token], &piece);
+            } else if active.prompt_in_batch > 0 {
+                active.prompt_decoded += active.prompt_in_batch;
+                if active.prompt_decoded == active.prompt_pending.len() {
+                    let tokens = std::mem::take(&mut active.prompt_pending);
+                    match active.prompt_text.take() {
+                        Some(text) => slot.cache.push_chunk(&tokens, &text),
+                        None => slot.cache.push_tokens_without_text(&tokens),
+                    }
+                    active.prompt_decoded = 0;
+                    active.timings.prompt_n = tokens.len();
+                    active.timings.prompt_ms = now.duration_since(active.started).as_secs_f64() * 1000.0;
+                    active.first_token = Some(now);
+                }
+            }
+            let Some(at) = active.logits_at else { continue };
+            let token = active.sampler.sample(&self.ctx, at);
+            self.on_token(index, token);
+        }
+    }
+
+    fn on_token(&mut self, index: usize, token: LlamaToken) {
+        let vocab = self.model.vocab();
+        let n_ctx = self.n_ctx;
+        let slot = &mut self.slots[index];
+        let Some(active) = slot.active.as_mut() else { return };
+        active.timings.predicted_n += 1;
+        if vocab.is_eog(token) {
+            self.finish(index, FinishReason::Stop);
+            return;
+        }
+        let piece = vocab.token_to_piece(token, true, None);
+        let (delta, stopped) = match active.text.push(&piece) {
+            Pushed::Text(text) => (text, false),
+            Pushed::Stopped(text) => (text, true),
+        };
+        if !delta.is_empty() && active.events.send(GenerationEvent::Text(delta)).is_err() {
+            return;
+        }
+        if stopped {
+            self.finish(index, FinishReason::Stop);
+            return;
+        }
+        let at_max = active.max_tokens.is_some_and(|max| active.timings.predicted_n >= max as usize);
+        if at_max || slot.cache.len() + 1 >= n_ctx {
+            self.finish(index, FinishReason::Length);
+            return;
+        }
+        active.next = Some((token, piece));
+    }
+
+    /// Ends the sequence in a slot and reports how it went. The slot keeps its
+    /// cache for the next request.
+    fn finish(&mut self, index: usize, reason: FinishReason) {
+        let Some(mut active) = self.slots[index].release() else { return };
+        let rest = active.text.finish();
+        if !rest.is_empty() {
+            let _ = active.events.send(GenerationEvent::Text(rest));
+        }
+        let now = Instant::now();
+        let mut timings = active.timings;
+        if let Some(first) = active.first_token {
+            timings.predicted_ms = now.duration_since(first).as_secs_f64() * 1000.0;
+        }
+        let _ = active.events.send(GenerationEvent::Finished { reason, timings });
+    }
+}

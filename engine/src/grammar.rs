@@ -1,0 +1,50 @@
+//! Turning a [`GrammarSpec`] into GBNF with llama.cpp's JSON-schema converter.
+//! Runs on the engine thread only.
+
+use crate::error::EngineError;
+use crate::format::GrammarSpec;
+use crate::sampling::CompiledGrammar;
+
+/// Rule names of our wrapper; the converter names its rules after schema
+/// property names, so ours carry a prefix no schema uses.
+const CALLS_RULE: &str = "skillhost-values";
+
+pub fn compile(spec: &GrammarSpec) -> Result<CompiledGrammar, EngineError> {
+    let schema = spec.schema.to_string();
+    let converted = llama_cpp_2::json_schema_to_grammar(&schema).map_err(|err| {
+        EngineError::InvalidGrammar(format!("the JSON schema cannot be turned into a grammar ({err})"))
+    })?;
+    if spec.open.is_empty() && spec.close.is_empty() && !spec.repeat && spec.trigger.is_none() {
+        return Ok(CompiledGrammar { gbnf: converted, root: "root".into(), trigger: None });
+    }
+    let more = if spec.repeat { format!(" ({} root)*", literal(&spec.separator)) } else { String::new() };
+    let gbnf = format!("{converted}\n{CALLS_RULE} ::= {} root{more} {}\n", literal(&spec.open), literal(&spec.close));
+    Ok(CompiledGrammar { gbnf, root: CALLS_RULE.into(), trigger: spec.trigger.clone() })
+}
+
+/// A GBNF string literal for `text`.
+fn literal(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_escapes() {
+        assert_eq!(literal("<tool_call>\n\"x\"\\"), "\"<tool_call>\\n\\\"x\\\"\\\\\"");
+    }
+}

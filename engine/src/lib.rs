@@ -1,0 +1,38 @@
+//! skillhost's model engine: llama.cpp on one thread, and everything that
+//! depends on which model is loaded.
+//!
+//! Code map:
+//! - [`engine`]: the handle the rest of the server holds (start, submit, stats).
+//! - `executor`: the engine thread: model loading and the batch executor.
+//! - [`prefix`]: which cached KV prefix a new prompt can reuse.
+//! - [`text`]: token bytes to text deltas, with stop strings.
+//! - [`sampling`]: sampling parameters and the sampler chain.
+//! - `grammar`: grammar specs to GBNF through llama.cpp's JSON-schema converter.
+//! - [`template`]: chat templates (minijinja) and built-in fallbacks.
+//! - [`format`]: conversation to prompt, capabilities, tool grammars.
+//! - [`tool_calls`]: one parser per tool-call syntax.
+//! - [`chat`]: the conversation types.
+//!
+//! This crate knows nothing of skills, actors or HTTP.
+
+pub mod chat;
+pub mod engine;
+pub mod error;
+mod executor;
+pub mod format;
+mod grammar;
+pub mod prefix;
+pub mod sampling;
+pub mod template;
+pub mod text;
+pub mod tool_calls;
+
+pub use chat::{ChatMessage, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
+pub use engine::{
+    Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted,
+    Timings,
+};
+pub use error::EngineError;
+pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
+pub use sampling::SamplingParams;
+pub use tool_calls::{ParsedCall, ParsedOutput, ToolFamily};

@@ -1,0 +1,426 @@
+//! Reading tool calls out of generated text, one parser per model family.
+//!
+//! Every parser is total: whatever the model wrote, it returns the content,
+//! the calls it could read, and a diagnostic for anything that looked like a
+//! call but was not one. A malformed call stays visible as content so nothing
+//! the model wrote is lost.
+
+use serde_json::Value;
+
+/// The tool-call syntaxes we read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFamily {
+    /// Hermes and Qwen:
+    /// `<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>`
+    Hermes,
+    /// Llama 3.x: the whole reply is `{"name": "get_weather", "parameters": {"city": "Paris"}}`,
+    /// optionally after `<|python_tag|>`, several calls separated by `;`.
+    Llama3,
+    /// Mistral: `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]`,
+    /// or the newer `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}`.
+    Mistral,
+    /// Any model without a known syntax: the Hermes tags our generic prompt asks
+    /// for, or a bare JSON reply `{"name": "get_weather", "arguments": {"city": "Paris"}}`
+    /// (also `{"tool_call": {...}}` and `{"tool_calls": [...]}`) naming a declared tool.
+    Generic,
+}
+
+/// A call as the model wrote it, before it gets an id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedCall {
+    /// The id the model gave, if any.
+    pub id: Option<String>,
+    pub name: String,
+    /// Compact JSON text of the arguments object.
+    pub arguments: String,
+}
+
+/// The result of reading one reply.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ParsedOutput {
+    pub content: String,
+    pub calls: Vec<ParsedCall>,
+    /// Why something that looked like a call was not read as one.
+    pub diagnostics: Vec<String>,
+}
+
+const HERMES_OPEN: &str = "<tool_call>";
+const HERMES_CLOSE: &str = "</tool_call>";
+const PYTHON_TAG: &str = "<|python_tag|>";
+const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
+const MISTRAL_ARGS: &str = "[ARGS]";
+
+impl ToolFamily {
+    /// The key that holds the arguments in this family's call object.
+    pub fn arguments_key(self) -> &'static str {
+        match self {
+            ToolFamily::Llama3 => "parameters",
+            ToolFamily::Hermes | ToolFamily::Mistral | ToolFamily::Generic => "arguments",
+        }
+    }
+
+    /// The text that opens a call, for families that mark calls.
+    pub fn call_marker(self) -> Option<&'static str> {
+        match self {
+            ToolFamily::Hermes | ToolFamily::Generic => Some(HERMES_OPEN),
+            ToolFamily::Mistral => Some(MISTRAL_CALLS),
+            ToolFamily::Llama3 => None,
+        }
+    }
+
+    /// How many leading bytes of a partial reply are certainly content, so a
+    /// stream can send them before the reply is complete. Trailing whitespace
+    /// is held too: [`ToolFamily::parse`] drops it when a call follows, and the
+    /// streamed text must equal the parsed content.
+    pub fn content_prefix_len(self, text: &str) -> usize {
+        let safe = self.content_prefix_len_raw(text);
+        text[..safe].trim_end().len()
+    }
+
+    fn content_prefix_len_raw(self, text: &str) -> usize {
+        match self {
+            ToolFamily::Hermes | ToolFamily::Mistral => {
+                let marker = self.call_marker().unwrap_or_default();
+                marker_safe_len(text, marker)
+            }
+            ToolFamily::Llama3 | ToolFamily::Generic => {
+                // A bare JSON call is the whole reply, so a reply that starts
+                // like one is held back until it ends.
+                let trimmed = text.trim_start();
+                if trimmed.is_empty()
+                    || trimmed.starts_with('{')
+                    || trimmed.starts_with(PYTHON_TAG)
+                    || PYTHON_TAG.starts_with(trimmed)
+                {
+                    return 0;
+                }
+                match self {
+                    ToolFamily::Generic => marker_safe_len(text, HERMES_OPEN),
+                    _ => text.len(),
+                }
+            }
+        }
+    }
+
+    /// Reads the calls in a complete reply. `declared` are the tool names the
+    /// request offered; bare JSON replies only count as calls when they name one.
+    pub fn parse(self, text: &str, declared: &[&str]) -> ParsedOutput {
+        match self {
+            ToolFamily::Hermes => parse_hermes(text),
+            ToolFamily::Llama3 => parse_bare_json(text, declared, true),
+            ToolFamily::Mistral => parse_mistral(text),
+            ToolFamily::Generic => {
+                let tagged = parse_hermes(text);
+                if !tagged.calls.is_empty() || !tagged.diagnostics.is_empty() {
+                    return tagged;
+                }
+                parse_bare_json(text, declared, false)
+            }
+        }
+    }
+}
+
+/// Length of the prefix of `text` before `marker` or before a trailing partial `marker`.
+fn marker_safe_len(text: &str, marker: &str) -> usize {
+    if let Some(at) = text.find(marker) {
+        return at;
+    }
+    for len in (1..marker.len()).rev() {
+        if text.len() >= len && text.is_char_boundary(text.len() - len) && marker.starts_with(&text[text.len() - len..])
+        {
+            return text.len() - len;
+        }
+    }
+    text.len()
+}
+
+/// Parses the first JSON value at the start of `text` (after whitespace) and
+/// returns it with the number of bytes it used.
+fn leading_json(text: &str) -> Option<(Value, usize)> {
+    let start = text.len() - text.trim_start().len();
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(value)) => Some((value, start + stream.byte_offset())),
+        _ => None,
+    }
+}
+
+/// Turns a call object into a call: `{"name": ..., "arguments"|"parameters": ...}`.
+fn call_from_object(value: &Value) -> Result<ParsedCall, String> {
+    let object = value.as_object().ok_or("the call is not a JSON object")?;
+    let name = match object.get("name") {
+        Some(Value::String(name)) if !name.trim().is_empty() => name.trim().to_string(),
+        Some(_) => return Err("the call's \"name\" is not a non-empty string".into()),
+        None => return Err("the call has no \"name\"".into()),
+    };
+    let arguments = object.get("arguments").or_else(|| object.get("parameters"));
+    let arguments = match arguments {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        // Some models write the arguments as a JSON string; read it.
+        Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+            Ok(value @ Value::Object(_)) => value,
+            _ => return Err(format!("the arguments of '{name}' are a string, not a JSON object")),
+        },
+        Some(value @ Value::Object(_)) => value.clone(),
+        Some(_) => return Err(format!("the arguments of '{name}' are not a JSON object")),
+    };
+    let id = object.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()).map(str::to_string);
+    Ok(ParsedCall { id, name, arguments: arguments.to_string() })
+}
+
+fn parse_hermes(text: &str) -> ParsedOutput {
+    let mut out = ParsedOutput::default();
+    let mut rest = text;
+    while let Some(open) = rest.find(HERMES_OPEN) {
+        out.content.push_str(&rest[..open]);
+        let after_open = &rest[open + HERMES_OPEN.len()..];
+        let (body, next, closed) = match after_open.find(HERMES_CLOSE) {
+            Some(close) => (&after_open[..close], &after_open[close + HERMES_CLOSE.len()..], true),
+            None => (after_open, "", false),
+        };
+        let parsed = leading_json(body).ok_or_else(|| "the text inside <tool_call> is not valid JSON".to_string());
+        match parsed.and_then(|(value, used)| {
+            if !body[used..].trim().is_empty() {
+                return Err("there is text after the JSON inside <tool_call>".into());
+            }
+            call_from_object(&value)
+        }) {
+            Ok(call) => {
+                if !closed {
+                    out.diagnostics.push(format!("the call to '{}' has no closing </tool_call>", call.name));
+                }
+                out.calls.push(call);
+            }
+            Err(why) => {
+                out.diagnostics.push(why);
+                // Keep what the model wrote so nothing is lost.
+                let end = rest.len() - next.len();
+                out.content.push_str(&rest[open..end]);
+            }
+        }
+        rest = next;
+    }
+    out.content.push_str(rest);
+    out.content.truncate(out.content.trim_end().len());
+    out
+}
+
+fn parse_bare_json(text: &str, declared: &[&str], allow_python_tag: bool) -> ParsedOutput {
+    let not_a_call = || ParsedOutput { content: text.to_string(), ..Default::default() };
+    let mut body = text.trim();
+    if allow_python_tag {
+        body = body.strip_prefix(PYTHON_TAG).unwrap_or(body).trim_start();
+    }
+    if !body.starts_with('{') {
+        return not_a_call();
+    }
+    let mut calls = Vec::new();
+    let mut rest = body;
+    while !rest.trim().is_empty() {
+        let Some((value, used)) = leading_json(rest) else {
+            return not_a_call();
+        };
+        let objects: Vec<&Value> = match (value.get("tool_calls"), value.get("tool_call")) {
+            (Some(Value::Array(items)), _) => items.iter().collect(),
+            (_, Some(inner)) => vec![inner],
+            _ => vec![&value],
+        };
+        for object in objects {
+            match call_from_object(object) {
+                Ok(call) if declared.contains(&call.name.as_str()) => calls.push(call),
+                // JSON that is not a call of a declared tool is an ordinary answer.
+                Ok(_) | Err(_) => return not_a_call(),
+            }
+        }
+        rest = rest[used..].trim_start();
+        rest = rest.strip_prefix(';').unwrap_or(rest);
+    }
+    ParsedOutput { content: String::new(), calls, diagnostics: Vec::new() }
+}
+
+fn parse_mistral(text: &str) -> ParsedOutput {
+    let Some(at) = text.find(MISTRAL_CALLS) else {
+        return ParsedOutput { content: text.trim_end().to_string(), ..Default::default() };
+    };
+    let mut out = ParsedOutput { content: text[..at].trim_end().to_string(), ..Default::default() };
+    let mut rest = &text[at..];
+    while let Some(stripped) = rest.strip_prefix(MISTRAL_CALLS) {
+        let stripped = stripped.trim_start();
+        let result = if stripped.starts_with('[') {
+            // [TOOL_CALLS][{"name": ..., "arguments": ...}, ...]
+            match leading_json(stripped) {
+                Some((Value::Array(items), used)) => {
+                    items.iter().map(call_from_object).collect::<Result<Vec<_>, _>>().map(|calls| (calls, used))
+                }
+                _ => Err("the text after [TOOL_CALLS] is not a JSON array of calls".to_string()),
+            }
+        } else {
+            // [TOOL_CALLS]name[ARGS]{...}
+            match stripped.find(MISTRAL_ARGS) {
+                Some(args_at) => {
+                    let name = stripped[..args_at].trim();
+                    let after = &stripped[args_at + MISTRAL_ARGS.len()..];
+                    match leading_json(after) {
+                        Some((arguments, used)) if !name.is_empty() => {
+                            let object = serde_json::json!({"name": name, "arguments": arguments});
+                            call_from_object(&object).map(|call| (vec![call], args_at + MISTRAL_ARGS.len() + used))
+                        }
+                        _ => Err(format!("the arguments after [ARGS] for '{name}' are not valid JSON")),
+                    }
+                }
+                None => Err("[TOOL_CALLS] is not followed by a call".to_string()),
+            }
+        };
+        match result {
+            Ok((calls, used)) => {
+                out.calls.extend(calls);
+                rest = stripped[used..].trim_start();
+            }
+            Err(why) => {
+                out.diagnostics.push(why);
+                if !out.content.is_empty() {
+                    out.content.push('\n');
+                }
+                out.content.push_str(rest.trim());
+                return out;
+            }
+        }
+    }
+    if !rest.trim().is_empty() {
+        if !out.content.is_empty() {
+            out.content.push('\n');
+        }
+        out.content.push_str(rest.trim());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn call(name: &str, arguments: &str) -> ParsedCall {
+        ParsedCall { id: None, name: name.into(), arguments: arguments.into() }
+    }
+
+    fn check(family: ToolFamily, text: &str, expected: (&str, Vec<ParsedCall>, usize)) {
+        let out = family.parse(text, &["get_weather", "lookup"]);
+        let (content, calls, n_diagnostics) = expected;
+        assert_eq!(
+            (out.content.as_str(), out.calls, out.diagnostics.len()),
+            (content, calls, n_diagnostics),
+            "{family:?} on {text:?}: {:?}",
+            out.diagnostics
+        );
+    }
+
+    #[test]
+    fn hermes_cases() {
+        let weather = || call("get_weather", r#"{"city":"Paris"}"#);
+        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+            ("Just text.", ("Just text.", vec![], 0)),
+            (
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                ("", vec![weather()], 0),
+            ),
+            (
+                "Let me check.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\
+                 <tool_call>{\"name\": \"lookup\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>",
+                ("Let me check.", vec![weather(), call("lookup", r#"{"q":1}"#)], 0),
+            ),
+            // Truncated before the closing tag: the call is read, with a note.
+            ("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", ("", vec![weather()], 1)),
+            // Broken JSON stays visible as content.
+            ("<tool_call>{\"name\": \"get_weather\", \"arg</tool_call>", ("<tool_call>{\"name\": \"get_weather\", \"arg</tool_call>", vec![], 1)),
+            // Missing name.
+            ("<tool_call>{\"arguments\": {}}</tool_call>", ("<tool_call>{\"arguments\": {}}</tool_call>", vec![], 1)),
+            // Arguments that are not an object.
+            ("<tool_call>{\"name\": \"lookup\", \"arguments\": [1]}</tool_call>", ("<tool_call>{\"name\": \"lookup\", \"arguments\": [1]}</tool_call>", vec![], 1)),
+            // No arguments at all means an empty object.
+            ("<tool_call>{\"name\": \"lookup\"}</tool_call>", ("", vec![call("lookup", "{}")], 0)),
+            ("<tool_call>", ("<tool_call>", vec![], 1)),
+        ];
+        for (text, expected) in cases {
+            check(ToolFamily::Hermes, text, expected);
+        }
+    }
+
+    #[test]
+    fn llama3_cases() {
+        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+            (
+                "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                ("", vec![call("get_weather", r#"{"city":"Paris"}"#)], 0),
+            ),
+            (
+                "<|python_tag|>{\"name\": \"lookup\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}",
+                ("", vec![call("lookup", "{}"), call("get_weather", r#"{"city":"Rome"}"#)], 0),
+            ),
+            // JSON that is not a call of a declared tool is an answer.
+            ("{\"name\": \"Paris\", \"population\": 2}", ("{\"name\": \"Paris\", \"population\": 2}", vec![], 0)),
+            ("{\"name\": \"get_weather\", \"parameters\": {", ("{\"name\": \"get_weather\", \"parameters\": {", vec![], 0)),
+            ("The capital is Paris.", ("The capital is Paris.", vec![], 0)),
+        ];
+        for (text, expected) in cases {
+            check(ToolFamily::Llama3, text, expected);
+        }
+    }
+
+    #[test]
+    fn mistral_cases() {
+        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+            (
+                "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc123def\"}]",
+                ("", vec![ParsedCall { id: Some("abc123def".into()), ..call("get_weather", r#"{"city":"Paris"}"#) }], 0),
+            ),
+            (
+                "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]lookup[ARGS]{}",
+                ("", vec![call("get_weather", r#"{"city":"Paris"}"#), call("lookup", "{}")], 0),
+            ),
+            ("Sure. [TOOL_CALLS][{\"name\": 3}]", ("Sure.\n[TOOL_CALLS][{\"name\": 3}]", vec![], 1)),
+            ("[TOOL_CALLS]get_weather[ARGS]{oops", ("[TOOL_CALLS]get_weather[ARGS]{oops", vec![], 1)),
+            ("[TOOL_CALLS]", ("[TOOL_CALLS]", vec![], 1)),
+            ("No calls here.", ("No calls here.", vec![], 0)),
+        ];
+        for (text, expected) in cases {
+            check(ToolFamily::Mistral, text, expected);
+        }
+    }
+
+    #[test]
+    fn generic_cases() {
+        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+            (
+                "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
+                ("", vec![call("lookup", r#"{"q":"x"}"#)], 0),
+            ),
+            ("{\"tool_call\": {\"name\": \"lookup\", \"arguments\": {}}}", ("", vec![call("lookup", "{}")], 0)),
+            ("{\"tool_calls\": [{\"name\": \"lookup\", \"arguments\": {}}]}", ("", vec![call("lookup", "{}")], 0)),
+            ("{\"answer\": 42}", ("{\"answer\": 42}", vec![], 0)),
+            ("Paris.", ("Paris.", vec![], 0)),
+        ];
+        for (text, expected) in cases {
+            check(ToolFamily::Generic, text, expected);
+        }
+    }
+
+    #[test]
+    fn content_prefix_holds_back_possible_calls() {
+        let cases = [
+            (ToolFamily::Hermes, "Hello <tool", 5),
+            (ToolFamily::Hermes, "Hello <tool_call>{", 5),
+            (ToolFamily::Hermes, "Hello\n", 5),
+            (ToolFamily::Hermes, "Hello", 5),
+            (ToolFamily::Mistral, "Hi [TOOL_", 2),
+            (ToolFamily::Llama3, "  {\"name\"", 0),
+            (ToolFamily::Llama3, "<|python", 0),
+            (ToolFamily::Llama3, "Paris", 5),
+            (ToolFamily::Generic, "Paris <tool_c", 5),
+            (ToolFamily::Generic, "{", 0),
+        ];
+        for (family, text, expected) in cases {
+            assert_eq!(family.content_prefix_len(text), expected, "{family:?} {text:?}");
+        }
+    }
+}
