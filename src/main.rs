@@ -1,1 +1,97 @@
-fn main() {}
+//! skillhost: a self-hosted agent server for local GGUF models.
+//!
+//! Code map:
+//! - `main` (here): parses the command line and dispatches subcommands before
+//!   any runtime or thread exists, then starts the actors and the HTTP server.
+//! - [`config`]: flags, environment and config files into a `ServeConfig`.
+//! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
+//!
+//! The actors live in `skillhost-actors`, the model in `skillhost-engine`.
+
+mod config;
+mod http;
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix_web::{web, App, HttpServer};
+use clap::Parser;
+use skillhost_actors::{ModelStatus, Server};
+use tracing_subscriber::EnvFilter;
+
+use config::{Cli, Command, LogFormat, ServeConfig};
+
+#[allow(clippy::print_stderr)]
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match args.resolve() {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_logging(config.log_format);
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot start the async runtime");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    tracing::error!("{message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(config: ServeConfig) -> Result<(), String> {
+    let server = Server::start(config.engine.clone()).await?;
+    let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;
+    let state = web::Data::new(http::AppState {
+        server: server.clone(),
+        metrics,
+        started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    });
+    // Listen first so /health answers 503 while the model loads.
+    let http_server = HttpServer::new(move || App::new().app_data(state.clone()).configure(http::configure))
+        .bind((config.host, config.port))
+        .map_err(|err| format!("cannot listen on {}:{}: {err}", config.host, config.port))?;
+    for address in http_server.addrs() {
+        tracing::info!("listening on http://{address}");
+    }
+    let running = http_server.run();
+    let handle = running.handle();
+    let watcher = server.clone();
+    tokio::spawn(async move {
+        // A model that cannot load at start-up is fatal, as a bad flag is.
+        if let ModelStatus::Failed(reason) = watcher.wait_until_loaded().await {
+            tracing::error!("the model failed to load: {reason}");
+            handle.stop(false).await;
+        }
+    });
+    let result = running.await.map_err(|err| format!("the HTTP server failed: {err}"));
+    let failed = matches!(server.status(), ModelStatus::Failed(_));
+    server.shutdown();
+    result?;
+    if failed {
+        return Err("exiting because the model could not be loaded".into());
+    }
+    Ok(())
+}

@@ -1,1 +1,21 @@
-//! probe
+//! skillhost's actors: a supervisor with a model actor and one loop actor per
+//! chat request, on ractor.
+//!
+//! Code map:
+//! - [`supervisor`]: loads the model, restarts it when the engine dies, spawns
+//!   request actors.
+//! - [`model`]: `ModelActor`, the owner of the engine thread's lifetime.
+//! - [`chat_loop`]: `LoopActor`, one chat request; `output` splits generated
+//!   text into streamed content and tool calls.
+//! - [`request`]: the validated request and the events a request reports.
+//! - [`server`]: the handle the HTTP layer holds.
+
+pub mod chat_loop;
+pub mod model;
+pub mod request;
+pub mod server;
+pub mod supervisor;
+
+pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
+pub use server::{ChatStream, Server};
+pub use supervisor::ModelStatus;

@@ -19,7 +19,6 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use tokio::sync::mpsc;
@@ -31,7 +30,7 @@ use crate::engine::{
 use crate::error::EngineError;
 use crate::format::ChatFormat;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence};
-use crate::sampling::build_sampler;
+use crate::sampling::Sampler;
 use crate::template::ChatTemplate;
 use crate::text::{Pushed, TextStream};
 
@@ -149,14 +148,14 @@ struct Queued {
     tokens: Vec<LlamaToken>,
     text: String,
     request: Box<GenerateRequest>,
-    sampler: LlamaSampler,
+    sampler: Sampler,
     events: mpsc::UnboundedSender<GenerationEvent>,
 }
 
 /// A request running in a slot.
 struct Active {
     events: mpsc::UnboundedSender<GenerationEvent>,
-    sampler: LlamaSampler,
+    sampler: Sampler,
     text: TextStream,
     max_tokens: Option<u32>,
     /// Prompt tokens not yet decoded, and the text they came from (when known).
@@ -304,7 +303,7 @@ impl<'m> Executor<'m> {
             return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx: self.n_ctx });
         }
         let grammar = request.grammar.as_ref().map(crate::grammar::compile).transpose()?;
-        let sampler = build_sampler(self.model, &request.sampling, grammar.as_ref())?;
+        let sampler = Sampler::new(self.model, &request.sampling, grammar.as_ref())?;
         let (events, events_rx) = mpsc::unbounded_channel();
         let n_prompt = tokens.len();
         let text = request.prompt.clone();
@@ -575,7 +574,7 @@ impl<'m> Executor<'m> {
                 }
             }
             let Some(at) = active.logits_at else { continue };
-            let token = active.sampler.sample(&self.ctx, at);
+            let token = active.sampler.sample(&self.ctx, at, self.model);
             self.on_token(index, token);
         }
     }

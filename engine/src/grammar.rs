@@ -9,6 +9,11 @@ use crate::sampling::CompiledGrammar;
 /// property names, so ours carry a prefix no schema uses.
 const CALLS_RULE: &str = "skillhost-values";
 
+/// Most values (tool calls) one constrained reply may hold. A small model held
+/// to a "one or more calls" grammar can repeat the same call until the context
+/// is full; eight covers real parallel calls and bounds the runaway case.
+pub const MAX_REPEATED_VALUES: usize = 8;
+
 pub fn compile(spec: &GrammarSpec) -> Result<CompiledGrammar, EngineError> {
     let schema = spec.schema.to_string();
     let converted = llama_cpp_2::json_schema_to_grammar(&schema).map_err(|err| {
@@ -17,7 +22,11 @@ pub fn compile(spec: &GrammarSpec) -> Result<CompiledGrammar, EngineError> {
     if spec.open.is_empty() && spec.close.is_empty() && !spec.repeat && spec.trigger.is_none() {
         return Ok(CompiledGrammar { gbnf: converted, root: "root".into(), trigger: None });
     }
-    let more = if spec.repeat { format!(" ({} root)*", literal(&spec.separator)) } else { String::new() };
+    let more = if spec.repeat {
+        format!(" ({} root){{0,{}}}", literal(&spec.separator), MAX_REPEATED_VALUES - 1)
+    } else {
+        String::new()
+    };
     let gbnf = format!("{converted}\n{CALLS_RULE} ::= {} root{more} {}\n", literal(&spec.open), literal(&spec.close));
     Ok(CompiledGrammar { gbnf, root: CALLS_RULE.into(), trigger: spec.trigger.clone() })
 }

@@ -1,7 +1,11 @@
 //! Sampling parameters and the llama.cpp sampler chain built from them.
 
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::LlamaToken;
 
 use crate::error::EngineError;
 
@@ -51,16 +55,79 @@ pub struct CompiledGrammar {
     pub trigger: Option<String>,
 }
 
-/// Builds the chain: penalties, the grammar, then truncation and the final pick.
+/// The sampler of one sequence: a chain (penalties, truncation, the final
+/// pick) and, separately, an optional grammar.
 ///
-/// The grammar comes before top-k and friends so it masks the whole
-/// vocabulary; after them it could leave no allowed candidate. `sample()` on
-/// the chain already accepts the token into every stage, the grammar included.
-pub fn build_sampler(
-    model: &LlamaModel,
-    params: &SamplingParams,
-    grammar: Option<&CompiledGrammar>,
-) -> Result<LlamaSampler, EngineError> {
+/// The grammar is checked against the token the chain picked and applied to
+/// the whole vocabulary only when that token is not allowed, as llama.cpp's
+/// own server does: masking a 49k-token vocabulary on every step made
+/// constrained generation some twenty times slower than free text.
+pub struct Sampler {
+    chain: LlamaSampler,
+    grammar: Option<LlamaSampler>,
+}
+
+impl Sampler {
+    pub fn new(
+        model: &LlamaModel,
+        params: &SamplingParams,
+        grammar: Option<&CompiledGrammar>,
+    ) -> Result<Self, EngineError> {
+        let grammar =
+            match grammar {
+                None => None,
+                Some(grammar) => {
+                    let sampler = match &grammar.trigger {
+                        Some(word) => {
+                            LlamaSampler::grammar_lazy(model, &grammar.gbnf, &grammar.root, [word.as_bytes()], &[])
+                        }
+                        None => LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root),
+                    };
+                    Some(sampler.map_err(|err| {
+                        EngineError::InvalidGrammar(format!("the grammar could not be compiled: {err}"))
+                    })?)
+                }
+            };
+        Ok(Sampler { chain: build_chain(model, params), grammar })
+    }
+
+    /// Picks the next token from the logits at `index` of the last batch and
+    /// records it in every stage.
+    pub fn sample(&mut self, ctx: &LlamaContext<'_>, index: i32, model: &LlamaModel) -> LlamaToken {
+        let Some(grammar) = self.grammar.as_mut() else {
+            // `sample` already accepts the token into the chain; accepting it
+            // again would advance stateful stages twice.
+            return self.chain.sample(ctx, index);
+        };
+        let mut candidates = ctx.token_data_array_ith(index);
+        candidates.apply_sampler(&mut self.chain);
+        let picked = candidates.selected_token();
+        let allowed = picked.is_some_and(|token| {
+            let mut single = LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
+            single.apply_sampler(grammar);
+            single.data.first().is_some_and(|d| d.logit().is_finite())
+        });
+        let token = match picked {
+            Some(token) if allowed => token,
+            _ => {
+                let mut candidates = ctx.token_data_array_ith(index);
+                candidates.apply_sampler(grammar);
+                candidates.apply_sampler(&mut self.chain);
+                candidates.selected_token().unwrap_or_else(|| model.vocab().eos())
+            }
+        };
+        // An end-of-generation token ends the sequence; the grammar only lets
+        // it through in an accepting state, and feeding it on is pointless.
+        if !model.vocab().is_eog(token) {
+            grammar.accept(token);
+        }
+        self.chain.accept(token);
+        token
+    }
+}
+
+/// Builds the chain: penalties, then truncation and the final pick.
+fn build_chain(model: &LlamaModel, params: &SamplingParams) -> LlamaSampler {
     let mut chain = Vec::new();
     if params.repeat_penalty != 1.0 || params.frequency_penalty != 0.0 || params.presence_penalty != 0.0 {
         chain.push(LlamaSampler::penalties(
@@ -70,15 +137,6 @@ pub fn build_sampler(
             params.frequency_penalty,
             params.presence_penalty,
         ));
-    }
-    if let Some(grammar) = grammar {
-        let sampler = match &grammar.trigger {
-            Some(word) => LlamaSampler::grammar_lazy(model, &grammar.gbnf, &grammar.root, [word.as_bytes()], &[]),
-            None => LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root),
-        };
-        chain.push(
-            sampler.map_err(|err| EngineError::InvalidGrammar(format!("the grammar could not be compiled: {err}")))?,
-        );
     }
     if params.temperature <= 0.0 {
         chain.push(LlamaSampler::greedy());
@@ -95,5 +153,5 @@ pub fn build_sampler(
         chain.push(LlamaSampler::temp(params.temperature));
         chain.push(LlamaSampler::dist(params.seed.unwrap_or_else(rand::random)));
     }
-    Ok(LlamaSampler::chain_simple(chain))
+    LlamaSampler::chain_simple(chain)
 }

@@ -125,10 +125,13 @@ mod tests {
         (out, false)
     }
 
+    /// (stop strings, pieces) -> (emitted text, whether a stop matched)
+    type Case<'a> = (&'a [&'a str], Vec<&'a [u8]>, (&'a str, bool));
+
     #[test]
     fn text_stream_cases() {
         let euro = "€".as_bytes();
-        let cases: Vec<(&[&str], Vec<&[u8]>, (&str, bool))> = vec![
+        let cases: Vec<Case> = vec![
             (&[], vec![b"Hello", b" world"], ("Hello world", false)),
             // A character split over three tokens comes out whole.
             (&[], vec![&euro[..1], &euro[1..2], &euro[2..]], ("€", false)),

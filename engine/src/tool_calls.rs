@@ -169,6 +169,10 @@ fn call_from_object(value: &Value) -> Result<ParsedCall, String> {
 }
 
 fn parse_hermes(text: &str) -> ParsedOutput {
+    if !text.contains(HERMES_OPEN) {
+        // Plain text stays exactly as written.
+        return ParsedOutput { content: text.to_string(), ..Default::default() };
+    }
     let mut out = ParsedOutput::default();
     let mut rest = text;
     while let Some(open) = rest.find(HERMES_OPEN) {
@@ -240,7 +244,7 @@ fn parse_bare_json(text: &str, declared: &[&str], allow_python_tag: bool) -> Par
 
 fn parse_mistral(text: &str) -> ParsedOutput {
     let Some(at) = text.find(MISTRAL_CALLS) else {
-        return ParsedOutput { content: text.trim_end().to_string(), ..Default::default() };
+        return ParsedOutput { content: text.to_string(), ..Default::default() };
     };
     let mut out = ParsedOutput { content: text[..at].trim_end().to_string(), ..Default::default() };
     let mut rest = &text[at..];
@@ -304,6 +308,9 @@ mod tests {
         ParsedCall { id: None, name: name.into(), arguments: arguments.into() }
     }
 
+    /// Reply text -> (content, calls, number of diagnostics).
+    type Case<'a> = (&'a str, (&'a str, Vec<ParsedCall>, usize));
+
     fn check(family: ToolFamily, text: &str, expected: (&str, Vec<ParsedCall>, usize)) {
         let out = family.parse(text, &["get_weather", "lookup"]);
         let (content, calls, n_diagnostics) = expected;
@@ -318,7 +325,7 @@ mod tests {
     #[test]
     fn hermes_cases() {
         let weather = || call("get_weather", r#"{"city":"Paris"}"#);
-        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+        let cases: Vec<Case> = vec![
             ("Just text.", ("Just text.", vec![], 0)),
             (
                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
@@ -348,7 +355,7 @@ mod tests {
 
     #[test]
     fn llama3_cases() {
-        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
                 ("", vec![call("get_weather", r#"{"city":"Paris"}"#)], 0),
@@ -369,7 +376,7 @@ mod tests {
 
     #[test]
     fn mistral_cases() {
-        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc123def\"}]",
                 ("", vec![ParsedCall { id: Some("abc123def".into()), ..call("get_weather", r#"{"city":"Paris"}"#) }], 0),
@@ -390,7 +397,7 @@ mod tests {
 
     #[test]
     fn generic_cases() {
-        let cases: Vec<(&str, (&str, Vec<ParsedCall>, usize))> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
                 ("", vec![call("lookup", r#"{"q":"x"}"#)], 0),

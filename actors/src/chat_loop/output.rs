@@ -1,0 +1,145 @@
+//! Splits generated text into what can be streamed as content right away and
+//! the tool calls read at the end of the round.
+
+use rand::distr::{Alphanumeric, SampleString};
+use skillhost_engine::{ToolCall, ToolFamily};
+
+/// Length of the random part of a generated call id (`call_` + 24 characters).
+pub const CALL_ID_LEN: usize = 24;
+
+/// Collects one round's output.
+#[derive(Debug)]
+pub struct RoundOutput {
+    /// The parser, when the request offered tools.
+    family: Option<ToolFamily>,
+    declared: Vec<String>,
+    raw: String,
+    /// Bytes of `raw` already sent as content.
+    streamed: usize,
+}
+
+/// The end of a round: the last content delta and the calls.
+#[derive(Debug, PartialEq)]
+pub struct RoundEnd {
+    pub content_delta: String,
+    pub calls: Vec<ToolCall>,
+    pub diagnostics: Vec<String>,
+}
+
+impl RoundOutput {
+    pub fn new(family: Option<ToolFamily>, declared: Vec<String>) -> Self {
+        RoundOutput { family, declared, raw: String::new(), streamed: 0 }
+    }
+
+    /// Adds generated text; returns the content that is safe to send now.
+    pub fn push(&mut self, delta: &str) -> String {
+        self.raw.push_str(delta);
+        let safe = match self.family {
+            None => self.raw.len(),
+            Some(family) => family.content_prefix_len(&self.raw),
+        };
+        if safe <= self.streamed {
+            return String::new();
+        }
+        let out = self.raw[self.streamed..safe].to_string();
+        self.streamed = safe;
+        out
+    }
+
+    /// Everything the model wrote this round.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// Reads the calls and returns the content not yet streamed, so the
+    /// streamed text always adds up to the final content.
+    pub fn finish(&mut self) -> RoundEnd {
+        let Some(family) = self.family else {
+            let content_delta = self.raw[self.streamed..].to_string();
+            self.streamed = self.raw.len();
+            return RoundEnd { content_delta, calls: Vec::new(), diagnostics: Vec::new() };
+        };
+        let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
+        let parsed = family.parse(&self.raw, &declared);
+        let streamed = &self.raw[..self.streamed];
+        let mut diagnostics = parsed.diagnostics;
+        let content_delta = match parsed.content.strip_prefix(streamed) {
+            Some(rest) => rest.to_string(),
+            None => {
+                diagnostics.push("the parsed content does not continue the streamed text".into());
+                String::new()
+            }
+        };
+        self.streamed = self.raw.len();
+        let mut calls: Vec<ToolCall> = Vec::with_capacity(parsed.calls.len());
+        for call in parsed.calls {
+            // Keep the model's own id when it is unique; otherwise make one.
+            let id = match call.id {
+                Some(id) if !calls.iter().any(|c| c.id == id) => id,
+                _ => new_call_id(),
+            };
+            calls.push(ToolCall { id, name: call.name, arguments: call.arguments });
+        }
+        RoundEnd { content_delta, calls, diagnostics }
+    }
+}
+
+/// A fresh call id, unique with overwhelming probability.
+pub fn new_call_id() -> String {
+    format!("call_{}", Alphanumeric.sample_string(&mut rand::rng(), CALL_ID_LEN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// Streams `pieces` and returns (streamed content, final delta, call names).
+    fn run(family: Option<ToolFamily>, pieces: &[&str]) -> (Vec<String>, String, Vec<String>) {
+        let mut output = RoundOutput::new(family, vec!["get_weather".into()]);
+        let streamed: Vec<String> = pieces.iter().map(|p| output.push(p)).collect();
+        let end = output.finish();
+        (streamed, end.content_delta, end.calls.into_iter().map(|c| c.name).collect())
+    }
+
+    /// (parser, pieces pushed) -> (content streamed per piece, last delta, call names)
+    type Case<'a> = (Option<ToolFamily>, Vec<&'a str>, (Vec<&'a str>, &'a str, Vec<&'a str>));
+
+    #[test]
+    fn streaming_adds_up_to_the_final_content() {
+        let cases: Vec<Case> = vec![
+            (None, vec!["Hel", "lo"], (vec!["Hel", "lo"], "", vec![])),
+            (Some(ToolFamily::Generic), vec!["Par", "is."], (vec!["Par", "is."], "", vec![])),
+            (
+                Some(ToolFamily::Generic),
+                vec!["Sure.\n<tool", "_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"],
+                (vec!["Sure.", ""], "", vec!["get_weather"]),
+            ),
+            // Trailing whitespace is held and released when no call follows.
+            (Some(ToolFamily::Hermes), vec!["Hi ", "there "], (vec!["Hi", " there"], " ", vec![])),
+        ];
+        for (family, pieces, (streamed, delta, calls)) in cases {
+            let (got_streamed, got_delta, got_calls) = run(family, &pieces);
+            assert_eq!(
+                (got_streamed, got_delta, got_calls),
+                (
+                    streamed.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                    delta.to_string(),
+                    calls.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+                ),
+                "{pieces:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn call_ids_are_unique_and_non_empty() {
+        let mut output = RoundOutput::new(Some(ToolFamily::Mistral), vec![]);
+        output.push(r#"[TOOL_CALLS][{"name": "a", "arguments": {}, "id": "x"}, {"name": "b", "arguments": {}, "id": "x"}, {"name": "c", "arguments": {}}]"#);
+        let ids: Vec<String> = output.finish().calls.into_iter().map(|c| c.id).collect();
+        assert_eq!(ids.len(), 3);
+        assert_eq!(ids[0], "x");
+        assert!(ids[1].starts_with("call_") && ids[1].len() == 5 + CALL_ID_LEN);
+        assert!(ids[1] != ids[2]);
+    }
+}

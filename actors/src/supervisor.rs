@@ -1,0 +1,205 @@
+//! The supervisor: owns the model actor, restarts it when the engine dies,
+//! and spawns one linked `LoopActor` per chat request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use skillhost_engine::{EngineConfig, EngineStats, ModelInfo};
+use tokio::sync::{mpsc, watch};
+
+use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg};
+use crate::model::{ModelActor, ModelMsg};
+use crate::request::{ChatError, ChatEvent, ChatRequest};
+
+/// How long the supervisor waits for the model actor to answer.
+const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;
+/// Engine restarts allowed within [`RESTART_WINDOW`] before the supervisor
+/// gives up and reports the model as failed: a model that crashes on every
+/// load must not spin forever.
+pub const MAX_RESTARTS: usize = 5;
+pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// Whether a model is ready to serve; published for `/health` and `/metrics`.
+#[derive(Debug, Clone)]
+pub enum ModelStatus {
+    Loading,
+    Ready { info: Arc<ModelInfo>, stats: Arc<EngineStats> },
+    Failed(String),
+}
+
+pub struct Supervisor;
+
+pub struct SupervisorArgs {
+    pub engine: EngineConfig,
+    pub status: watch::Sender<ModelStatus>,
+}
+
+pub enum SupervisorMsg {
+    /// Sent to itself at start and after the engine died: (re)load the model.
+    LoadModel,
+    /// Sent by the HTTP layer for each chat request: spawn its loop actor,
+    /// which reports on `events`.
+    StartChat {
+        request: Box<ChatRequest>,
+        events: mpsc::UnboundedSender<ChatEvent>,
+        reply: RpcReplyPort<Result<ActorRef<LoopMsg>, ChatError>>,
+    },
+    /// Sent by tests to make the engine thread panic.
+    #[cfg(feature = "fault-injection")]
+    InjectEnginePanic,
+}
+
+pub struct SupervisorState {
+    engine: EngineConfig,
+    /// Published model status.
+    status: watch::Sender<ModelStatus>,
+    /// The running model actor, when a model is loaded.
+    model: Option<ActorRef<ModelMsg>>,
+    /// When recent restarts happened, to cap restart loops.
+    restarts: Vec<Instant>,
+}
+
+impl Actor for Supervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
+        myself.cast(SupervisorMsg::LoadModel)?;
+        Ok(SupervisorState { engine: args.engine, status: args.status, model: None, restarts: Vec::new() })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::LoadModel => load_model(myself.get_cell(), state).await,
+            SupervisorMsg::StartChat { request, events, reply } => {
+                let result = start_chat(myself.get_cell(), state, *request, events).await;
+                let _ = reply.send(result);
+            }
+            #[cfg(feature = "fault-injection")]
+            SupervisorMsg::InjectEnginePanic => {
+                if let Some(model) = &state.model {
+                    let _ = model.cast(ModelMsg::InjectPanic);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Overridden because ractor's default stops the supervisor when any child
+    /// exits; here a finished request is routine and a dead engine is restarted.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let is_model = |cell: &ActorCell| state.model.as_ref().is_some_and(|m| m.get_id() == cell.get_id());
+        match event {
+            SupervisionEvent::ActorFailed(cell, err) if is_model(&cell) => {
+                tracing::error!(error = %err, "the model engine died; restarting it");
+                engine_lost(&myself, state);
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) if is_model(&cell) => {
+                tracing::error!(?reason, "the model actor stopped; restarting it");
+                engine_lost(&myself, state);
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                // One request's failure is reported to its client by the
+                // closed event channel; the server goes on.
+                tracing::error!(actor = %cell.get_id(), error = %err, "a chat request failed");
+            }
+            SupervisionEvent::ActorTerminated(..)
+            | SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_) => {}
+        }
+        Ok(())
+    }
+}
+
+fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
+    state.model = None;
+    let now = Instant::now();
+    state.restarts.retain(|at| now.duration_since(*at) < RESTART_WINDOW);
+    if state.restarts.len() >= MAX_RESTARTS {
+        let message = format!(
+            "the model engine died {MAX_RESTARTS} times within {}s; not restarting it",
+            RESTART_WINDOW.as_secs()
+        );
+        tracing::error!("{message}");
+        let _ = state.status.send(ModelStatus::Failed(message));
+        return;
+    }
+    state.restarts.push(now);
+    let _ = state.status.send(ModelStatus::Loading);
+    let _ = myself.cast(SupervisorMsg::LoadModel);
+}
+
+async fn load_model(supervisor: ActorCell, state: &mut SupervisorState) {
+    let _ = state.status.send(ModelStatus::Loading);
+    let path = state.engine.model_path.display().to_string();
+    tracing::info!(model = %path, "loading the model");
+    let spawned = Actor::spawn_linked(None, ModelActor, state.engine.clone(), supervisor).await;
+    let model = match spawned {
+        Ok((model, _)) => model,
+        Err(err) => {
+            let message = format!("{err}");
+            tracing::error!(model = %path, error = %message, "the model failed to load");
+            let _ = state.status.send(ModelStatus::Failed(message));
+            return;
+        }
+    };
+    match ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS) {
+        Ok(engine) => {
+            let info = Arc::clone(engine.info());
+            tracing::info!(
+                model = %info.id,
+                n_ctx = info.n_ctx,
+                parallel = info.n_parallel,
+                template = %info.format.capabilities().template,
+                tool_calls = ?info.format.capabilities().tool_family,
+                "model ready"
+            );
+            let _ = state.status.send(ModelStatus::Ready { info, stats: Arc::clone(engine.stats()) });
+            state.model = Some(model);
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "the model actor did not answer");
+            model.stop(None);
+        }
+    }
+}
+
+async fn start_chat(
+    supervisor: ActorCell,
+    state: &mut SupervisorState,
+    request: ChatRequest,
+    events: mpsc::UnboundedSender<ChatEvent>,
+) -> Result<ActorRef<LoopMsg>, ChatError> {
+    let unavailable = |status: &ModelStatus| match status {
+        ModelStatus::Failed(reason) => ChatError::Unavailable(format!("the model is not available: {reason}")),
+        ModelStatus::Loading | ModelStatus::Ready { .. } => {
+            ChatError::Unavailable("the model is loading; try again shortly".into())
+        }
+    };
+    let Some(model) = &state.model else {
+        return Err(unavailable(&state.status.borrow()));
+    };
+    let engine = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
+        .map_err(|_| unavailable(&state.status.borrow()))?;
+    let args = LoopArgs { request, engine, events };
+    let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
+        .await
+        .map_err(|err| ChatError::Engine(format!("cannot start the request: {err}")))?;
+    Ok(actor)
+}

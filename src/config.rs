@@ -1,0 +1,259 @@
+//! Command line and configuration files: flags, `SKILLHOST_*` variables and
+//! `--config` YAML files merge into one validated [`ServeConfig`].
+//!
+//! Precedence, highest first: command-line flags, environment variables,
+//! config files (later files override earlier ones), built-in defaults.
+//! Config-file keys are the flag names.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+use skillhost_engine::EngineConfig;
+
+pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+pub const DEFAULT_PORT: u16 = 5000;
+/// Sequences decoded together by default.
+pub const DEFAULT_PARALLEL: u32 = 4;
+/// Most slots `--parallel` accepts.
+pub const MAX_PARALLEL: u32 = 64;
+/// Smallest context `--ctx-size` accepts, in tokens.
+pub const MIN_CTX_SIZE: u32 = 256;
+
+#[derive(Debug, Parser)]
+#[command(name = "skillhost", version, about = "A self-hosted agent server for local GGUF models.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the OpenAI-compatible API for a model.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `skillhost serve`. Every flag is optional here so that a config
+/// file can supply it; defaults are applied after merging.
+#[derive(Debug, Default, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1]
+    #[arg(long, env = "SKILLHOST_HOST")]
+    pub host: Option<IpAddr>,
+    /// Port to listen on; 0 picks a free port and logs it [default: 5000]
+    #[arg(long, env = "SKILLHOST_PORT")]
+    pub port: Option<u16>,
+    /// Path to the GGUF model file (required, here or in a config file)
+    #[arg(long, short = 'm', env = "SKILLHOST_MODEL")]
+    pub model: Option<PathBuf>,
+    /// Requests decoded together, each in its own KV slot [default: 4]
+    #[arg(long, short = 'n', env = "SKILLHOST_PARALLEL")]
+    pub parallel: Option<u32>,
+    /// Context size in tokens, shared by all slots [default: the model's training context, at most 8192]
+    #[arg(long, short = 'c', env = "SKILLHOST_CTX_SIZE")]
+    pub ctx_size: Option<u32>,
+    /// CPU threads for decoding [default: all cores]
+    #[arg(long, short = 't', env = "SKILLHOST_THREADS")]
+    pub threads: Option<u32>,
+    /// YAML config file whose keys are these flag names; repeatable, later files win
+    #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',')]
+    pub config: Vec<PathBuf>,
+    /// Log format [default: text]
+    #[arg(long, value_enum, env = "SKILLHOST_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// One config file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    host: Option<IpAddr>,
+    port: Option<u16>,
+    model: Option<PathBuf>,
+    parallel: Option<u32>,
+    ctx_size: Option<u32>,
+    threads: Option<u32>,
+    log_format: Option<LogFormat>,
+}
+
+/// The validated configuration of `skillhost serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    pub host: IpAddr,
+    pub port: u16,
+    pub log_format: LogFormat,
+    pub engine: EngineConfig,
+}
+
+/// A configuration that cannot be used; the message names the flag or key.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl ServeArgs {
+    /// Merges config files under the flags and validates the result. Nothing
+    /// is loaded yet, so a bad value fails before the model is read.
+    pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
+        let mut file = RawConfig::default();
+        for path in &self.config {
+            let raw = read_config(path)?;
+            let base = path.parent().unwrap_or(Path::new("."));
+            // Later files override earlier ones, key by key.
+            file = RawConfig {
+                host: raw.host.or(file.host),
+                port: raw.port.or(file.port),
+                // Relative paths in a config file are relative to that file.
+                model: raw.model.map(|m| base.join(m)).or(file.model),
+                parallel: raw.parallel.or(file.parallel),
+                ctx_size: raw.ctx_size.or(file.ctx_size),
+                threads: raw.threads.or(file.threads),
+                log_format: raw.log_format.or(file.log_format),
+            };
+        }
+        let model = self.model.or(file.model).ok_or_else(|| {
+            ConfigError("no model given: pass --model PATH (or set 'model' in a --config file)".into())
+        })?;
+        if !model.is_file() {
+            return Err(ConfigError(format!(
+                "--model: the model file {} does not exist (run `make model` for the default model)",
+                model.display()
+            )));
+        }
+        let parallel = self.parallel.or(file.parallel).unwrap_or(DEFAULT_PARALLEL);
+        if !(1..=MAX_PARALLEL).contains(&parallel) {
+            return Err(ConfigError(format!("--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")));
+        }
+        let ctx_size = self.ctx_size.or(file.ctx_size);
+        if let Some(n) = ctx_size {
+            if n < MIN_CTX_SIZE {
+                return Err(ConfigError(format!("--ctx-size must be at least {MIN_CTX_SIZE} tokens, got {n}")));
+            }
+        }
+        let threads = self.threads.or(file.threads);
+        if threads == Some(0) {
+            return Err(ConfigError("--threads must be at least 1".into()));
+        }
+        Ok(ServeConfig {
+            host: self.host.or(file.host).unwrap_or(DEFAULT_HOST),
+            port: self.port.or(file.port).unwrap_or(DEFAULT_PORT),
+            log_format: self.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
+            engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
+        })
+    }
+}
+
+fn read_config(path: &Path) -> Result<RawConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ConfigError(format!("--config: cannot read {}: {err}", path.display())))?;
+    if text.trim().is_empty() {
+        return Ok(RawConfig::default());
+    }
+    serde_yaml::from_str(&text)
+        .map_err(|err| ConfigError(format!("--config: {} is not a valid config: {err}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::io::Write;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        let mut file = match std::fs::File::create(&path) {
+            Ok(f) => f,
+            Err(err) => panic!("{err}"),
+        };
+        let _ = file.write_all(text.as_bytes());
+        path
+    }
+
+    fn dir() -> tempfile::TempDir {
+        match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn flags_win_over_files_and_later_files_win() {
+        let dir = dir();
+        write(dir.path(), "m.gguf", "");
+        let a = write(dir.path(), "a.yaml", "model: m.gguf\nport: 6000\nparallel: 2\n");
+        let b = write(dir.path(), "b.yaml", "port: 7000\nctx-size: 1024\n");
+        let args = ServeArgs { config: vec![a, b], parallel: Some(3), ..ServeArgs::default() };
+        let config = match args.resolve() {
+            Ok(c) => c,
+            Err(err) => panic!("{err}"),
+        };
+        assert_eq!(
+            config,
+            ServeConfig {
+                host: IpAddr::from([127, 0, 0, 1]),
+                port: 7000,
+                log_format: LogFormat::Text,
+                engine: EngineConfig {
+                    model_path: dir.path().join("m.gguf"),
+                    n_ctx: Some(1024),
+                    n_parallel: 3,
+                    n_threads: None,
+                },
+            }
+        );
+    }
+
+    #[test]
+    fn bad_configs_name_the_flag() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let unknown = write(dir.path(), "u.yaml", "modle: x\n");
+        let missing = dir.path().join("nope.gguf");
+        let cases: Vec<(ServeArgs, &str)> = vec![
+            (ServeArgs::default(), "no model given"),
+            (ServeArgs { model: Some(missing.clone()), ..Default::default() }, "--model: the model file"),
+            (
+                ServeArgs { model: Some(model.clone()), parallel: Some(0), ..Default::default() },
+                "--parallel must be between 1 and 64, got 0",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), parallel: Some(MAX_PARALLEL + 1), ..Default::default() },
+                "--parallel must be between 1 and 64, got 65",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), ctx_size: Some(MIN_CTX_SIZE - 1), ..Default::default() },
+                "--ctx-size must be at least 256 tokens, got 255",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), threads: Some(0), ..Default::default() },
+                "--threads must be at least 1",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), config: vec![unknown], ..Default::default() },
+                "unknown field `modle`",
+            ),
+        ];
+        for (args, expected) in cases {
+            let err = match args.resolve() {
+                Ok(c) => panic!("accepted {c:?}"),
+                Err(err) => err.0,
+            };
+            assert!(err.contains(expected), "{err:?} does not contain {expected:?}");
+        }
+        // The limits themselves are accepted.
+        let ok = ServeArgs {
+            model: Some(model),
+            parallel: Some(MAX_PARALLEL),
+            ctx_size: Some(MIN_CTX_SIZE),
+            ..Default::default()
+        };
+        assert!(ok.resolve().is_ok());
+    }
+}

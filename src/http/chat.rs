@@ -1,0 +1,252 @@
+//! `POST /v1/chat/completions`: streaming (SSE) and non-streaming.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::stream::{self, Stream};
+use rand::distr::{Alphanumeric, SampleString};
+use serde_json::{json, Value};
+use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, ModelStatus, Usage};
+use skillhost_engine::{Timings, ToolCall};
+
+use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
+use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
+use crate::http::openai::{finish_reason, timings_json, tool_calls_json, usage_json, ChatCompletionRequest};
+use crate::http::AppState;
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn completion_id() -> String {
+    format!("chatcmpl-{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+}
+
+/// The declared body length, when the client sent one.
+pub fn content_length(request: &HttpRequest) -> Option<usize> {
+    request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// The loaded model's id, or 503 while none is ready.
+pub fn ready_model(state: &AppState) -> Result<std::sync::Arc<skillhost_engine::ModelInfo>, ApiError> {
+    match state.server.status() {
+        ModelStatus::Ready { info, .. } => Ok(info),
+        ModelStatus::Loading => Err(ApiError::Unavailable("the model is loading; try again shortly".into())),
+        ModelStatus::Failed(reason) => Err(ApiError::Unavailable(format!("the model is not available: {reason}"))),
+    }
+}
+
+pub async fn chat_completions(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, OpenAiError> {
+    let started = Instant::now();
+    state.metrics.requests.with_label_values(&["openai"]).inc();
+    let result = serve(&state, &request, payload, started).await;
+    if let Err(err) = &result {
+        state.metrics.errors.with_label_values(&[err.kind()]).inc();
+    }
+    Ok(result?)
+}
+
+async fn serve(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
+    let wire: ChatCompletionRequest = parse_json(&body)?;
+    let info = ready_model(state)?;
+    let validated = wire.validate(&info.id)?;
+    let mut chat = state.server.chat(validated.request).await?;
+    // The first event says whether the engine took the prompt, so a bad
+    // prompt is a 400 before any stream starts.
+    match chat.events.recv().await {
+        Some(ChatEvent::Accepted) => {}
+        Some(ChatEvent::Failed(err)) => return Err(err.into()),
+        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
+    }
+    let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
+    if validated.stream {
+        let body = sse_stream(state.clone(), chat, meta, validated.include_usage);
+        Ok(HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .insert_header(("X-Accel-Buffering", "no"))
+            .streaming(body))
+    } else {
+        collect(state, chat, meta).await
+    }
+}
+
+/// Fields shared by every chunk of one response.
+struct ResponseMeta {
+    id: String,
+    created: u64,
+    model: String,
+    started: Instant,
+}
+
+impl ResponseMeta {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    }
+}
+
+/// Runs a request to the end and answers with one JSON object.
+async fn collect(
+    state: &web::Data<AppState>,
+    mut chat: ChatStream,
+    meta: ResponseMeta,
+) -> Result<HttpResponse, ApiError> {
+    let mut content = String::new();
+    let mut calls: Vec<ToolCall> = Vec::new();
+    let mut first = true;
+    while let Some(event) = chat.events.recv().await {
+        match event {
+            ChatEvent::Accepted => {}
+            ChatEvent::Content(text) => {
+                if first {
+                    first = false;
+                    state.metrics.time_to_first_token.observe(meta.started.elapsed().as_secs_f64());
+                }
+                content.push_str(&text);
+            }
+            ChatEvent::ToolCalls(new_calls) => calls.extend(new_calls),
+            ChatEvent::Finished { finish, usage, timings } => {
+                state.metrics.finished(usage.prompt_tokens, &timings);
+                let mut message = json!({"role": "assistant", "content": content});
+                if !calls.is_empty() {
+                    if content.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    message["tool_calls"] = tool_calls_json(&calls);
+                }
+                return Ok(HttpResponse::Ok().json(json!({
+                    "id": meta.id,
+                    "object": "chat.completion",
+                    "created": meta.created,
+                    "model": meta.model,
+                    "system_fingerprint": null,
+                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(finish)}],
+                    "usage": usage_json(&usage, &timings),
+                    "timings": timings_json(&timings),
+                })));
+            }
+            ChatEvent::Failed(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Internal("the request ended without an answer".into()))
+}
+
+/// What the SSE stream still has to send.
+struct SseState {
+    app: web::Data<AppState>,
+    /// Held so that dropping the response (a client disconnect) stops the request.
+    chat: ChatStream,
+    meta: ResponseMeta,
+    include_usage: bool,
+    /// Frames ready to send, in order.
+    pending: std::collections::VecDeque<Bytes>,
+    first_output: bool,
+    done: bool,
+}
+
+fn frame(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// Turns the request's events into `data:` frames ending with `[DONE]`.
+fn sse_stream(
+    app: web::Data<AppState>,
+    chat: ChatStream,
+    meta: ResponseMeta,
+    include_usage: bool,
+) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
+    let mut pending = std::collections::VecDeque::new();
+    pending.push_back(frame(&meta.chunk(json!({"role": "assistant", "content": ""}), None)));
+    let state = SseState { app, chat, meta, include_usage, pending, first_output: true, done: false };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(bytes) = state.pending.pop_front() {
+                return Some((Ok(bytes), state));
+            }
+            if state.done {
+                return None;
+            }
+            match state.chat.events.recv().await {
+                Some(event) => state.on_event(event),
+                None => {
+                    let err = ApiError::Internal("the request ended without an answer".into());
+                    state.fail(&err);
+                }
+            }
+        }
+    })
+}
+
+impl SseState {
+    fn output_started(&mut self) {
+        if self.first_output {
+            self.first_output = false;
+            self.app.metrics.time_to_first_token.observe(self.meta.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn on_event(&mut self, event: ChatEvent) {
+        match event {
+            ChatEvent::Accepted => {}
+            ChatEvent::Content(text) => {
+                self.output_started();
+                self.pending.push_back(frame(&self.meta.chunk(json!({"content": text}), None)));
+            }
+            ChatEvent::ToolCalls(calls) => {
+                self.output_started();
+                for (index, call) in calls.iter().enumerate() {
+                    let delta = json!({"tool_calls": [{
+                        "index": index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }]});
+                    self.pending.push_back(frame(&self.meta.chunk(delta, None)));
+                }
+            }
+            ChatEvent::Finished { finish, usage, timings } => self.finish(finish, usage, timings),
+            ChatEvent::Failed(err) => self.fail(&err.into()),
+        }
+    }
+
+    fn finish(&mut self, finish: ChatFinish, usage: Usage, timings: Timings) {
+        self.app.metrics.finished(usage.prompt_tokens, &timings);
+        let mut last = self.meta.chunk(json!({}), Some(finish_reason(finish)));
+        last["timings"] = timings_json(&timings);
+        self.pending.push_back(frame(&last));
+        if self.include_usage {
+            let mut usage_chunk = self.meta.chunk(json!({}), None);
+            usage_chunk["choices"] = json!([]);
+            usage_chunk["usage"] = usage_json(&usage, &timings);
+            self.pending.push_back(frame(&usage_chunk));
+        }
+        self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.done = true;
+    }
+
+    /// Errors after the stream started are a final `data:` event.
+    fn fail(&mut self, err: &ApiError) {
+        self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
+        self.pending.push_back(frame(&err.body(ErrorStyle::OpenAi)));
+        self.done = true;
+    }
+}

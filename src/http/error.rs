@@ -1,0 +1,139 @@
+//! The one place HTTP errors become status codes and bodies.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+use skillhost_actors::ChatError;
+
+/// Every error an HTTP handler can return.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or asks for something impossible (400).
+    #[error("{message}")]
+    BadRequest { message: String, param: Option<String> },
+    /// The named model, route or object does not exist (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The model named in the request is not the loaded one (404).
+    #[error("{0}")]
+    ModelNotFound(String),
+    /// The route exists but not with this method (405).
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// The body is larger than the limit (413).
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// No model is ready (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Something failed on our side (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// How an error body is shaped: OpenAI's under `/v1`, a plain string elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorStyle {
+    OpenAi,
+    Plain,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::BadRequest { message: message.into(), param: None }
+    }
+
+    pub fn bad_param(param: &str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { message: message.into(), param: Some(param.to_string()) }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The label used in the `errors_total` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::ModelNotFound(_) => "model_not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// The JSON body in the given style.
+    pub fn body(&self, style: ErrorStyle) -> serde_json::Value {
+        match style {
+            ErrorStyle::Plain => json!({"error": self.to_string()}),
+            ErrorStyle::OpenAi => {
+                let (kind, code) = match self {
+                    ApiError::BadRequest { .. } => ("invalid_request_error", None),
+                    ApiError::NotFound(_) => ("invalid_request_error", Some("not_found")),
+                    ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
+                    ApiError::MethodNotAllowed(_) => ("invalid_request_error", Some("method_not_allowed")),
+                    ApiError::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large")),
+                    ApiError::Unavailable(_) => ("unavailable_error", Some("model_not_ready")),
+                    ApiError::Internal(_) => ("server_error", None),
+                };
+                let param = match self {
+                    ApiError::BadRequest { param, .. } => param.clone(),
+                    ApiError::NotFound(_)
+                    | ApiError::ModelNotFound(_)
+                    | ApiError::MethodNotAllowed(_)
+                    | ApiError::PayloadTooLarge(_)
+                    | ApiError::Unavailable(_)
+                    | ApiError::Internal(_) => None,
+                };
+                json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
+            }
+        }
+    }
+
+    pub fn response(&self, style: ErrorStyle) -> HttpResponse {
+        let mut builder = HttpResponse::build(self.status());
+        if let ApiError::Unavailable(_) = self {
+            builder.insert_header(("Retry-After", "1"));
+        }
+        builder.json(self.body(style))
+    }
+}
+
+impl From<ChatError> for ApiError {
+    fn from(err: ChatError) -> Self {
+        match err {
+            ChatError::BadRequest(message) => ApiError::bad_request(message),
+            ChatError::Unavailable(message) => ApiError::Unavailable(message),
+            ChatError::Engine(message) => ApiError::Internal(message),
+        }
+    }
+}
+
+/// An error on an OpenAI route.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OpenAiError(pub ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(err: ApiError) -> Self {
+        OpenAiError(err)
+    }
+}
+
+impl ResponseError for OpenAiError {
+    fn status_code(&self) -> StatusCode {
+        self.0.status()
+    }
+    fn error_response(&self) -> HttpResponse {
+        self.0.response(ErrorStyle::OpenAi)
+    }
+}

@@ -1,0 +1,99 @@
+//! Prometheus metrics, kept in a registry owned by the app (no globals).
+
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use skillhost_actors::ModelStatus;
+use skillhost_engine::Timings;
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: IntCounterVec,
+    pub errors: IntCounterVec,
+    pub prompt_tokens: IntCounter,
+    pub cached_prompt_tokens: IntCounter,
+    pub generated_tokens: IntCounter,
+    pub time_to_first_token: Histogram,
+    pub tokens_per_second: Histogram,
+    active_slots: IntGauge,
+    queued: IntGauge,
+    model_ready: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new_custom(Some("skillhost".into()), None)?;
+        let requests = IntCounterVec::new(Opts::new("requests_total", "Chat requests received, by API."), &["api"])?;
+        let errors =
+            IntCounterVec::new(Opts::new("errors_total", "Requests that ended in an error, by kind."), &["kind"])?;
+        let prompt_tokens = IntCounter::new("prompt_tokens_total", "Prompt tokens of finished requests.")?;
+        let cached_prompt_tokens = IntCounter::new(
+            "prompt_tokens_cached_total",
+            "Prompt tokens reused from the KV cache instead of decoded.",
+        )?;
+        let generated_tokens = IntCounter::new("generated_tokens_total", "Tokens generated.")?;
+        let time_to_first_token = Histogram::with_opts(
+            HistogramOpts::new("time_to_first_token_seconds", "From request arrival to the first generated text.")
+                .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        )?;
+        let tokens_per_second = Histogram::with_opts(
+            HistogramOpts::new("generation_tokens_per_second", "Generation speed of each finished request.")
+                .buckets(vec![1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0]),
+        )?;
+        let active_slots = IntGauge::new("active_slots", "Slots decoding a request right now.")?;
+        let queued = IntGauge::new("queued_requests", "Requests waiting for a free slot.")?;
+        let model_ready = IntGauge::new("model_ready", "1 when a model is loaded and serving.")?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(prompt_tokens.clone()))?;
+        registry.register(Box::new(cached_prompt_tokens.clone()))?;
+        registry.register(Box::new(generated_tokens.clone()))?;
+        registry.register(Box::new(time_to_first_token.clone()))?;
+        registry.register(Box::new(tokens_per_second.clone()))?;
+        registry.register(Box::new(active_slots.clone()))?;
+        registry.register(Box::new(queued.clone()))?;
+        registry.register(Box::new(model_ready.clone()))?;
+        Ok(Metrics {
+            registry,
+            requests,
+            errors,
+            prompt_tokens,
+            cached_prompt_tokens,
+            generated_tokens,
+            time_to_first_token,
+            tokens_per_second,
+            active_slots,
+            queued,
+            model_ready,
+        })
+    }
+
+    /// Records a finished request.
+    pub fn finished(&self, n_prompt: usize, timings: &Timings) {
+        self.prompt_tokens.inc_by(n_prompt as u64);
+        self.cached_prompt_tokens.inc_by(timings.cache_n as u64);
+        self.generated_tokens.inc_by(timings.predicted_n as u64);
+        if timings.predicted_n > 1 {
+            self.tokens_per_second.observe(timings.predicted_per_second());
+        }
+    }
+
+    /// The text exposition, with gauges read from the engine at scrape time.
+    pub fn render(&self, status: &ModelStatus) -> String {
+        match status {
+            ModelStatus::Ready { stats, .. } => {
+                self.model_ready.set(1);
+                self.active_slots.set(stats.active_slots.load(std::sync::atomic::Ordering::Relaxed) as i64);
+                self.queued.set(stats.queued.load(std::sync::atomic::Ordering::Relaxed) as i64);
+            }
+            ModelStatus::Loading | ModelStatus::Failed(_) => {
+                self.model_ready.set(0);
+                self.active_slots.set(0);
+                self.queued.set(0);
+            }
+        }
+        let mut out = Vec::new();
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(error = %err, "cannot encode metrics");
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}

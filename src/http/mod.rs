@@ -1,0 +1,46 @@
+//! The HTTP surface: routes, wire formats and error mapping. Only this module
+//! knows the JSON shapes clients speak.
+
+pub mod body;
+pub mod chat;
+pub mod error;
+pub mod metrics;
+pub mod openai;
+pub mod ops;
+
+use actix_web::web;
+use skillhost_actors::Server;
+
+/// Shared by every handler.
+pub struct AppState {
+    pub server: Server,
+    pub metrics: metrics::Metrics,
+    /// Unix time the server started, reported as the model's `created`.
+    pub started_at: u64,
+}
+
+/// Registers every route; `main` and the tests build the app through this.
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .service(
+            web::resource(["/v1/chat/completions", "/chat/completions"])
+                .route(web::post().to(chat::chat_completions))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource(["/v1/models", "/models"])
+                .route(web::get().to(ops::models))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/health")
+                .route(web::get().to(ops::health))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/metrics")
+                .route(web::get().to(ops::metrics))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .default_service(web::to(ops::not_found));
+}

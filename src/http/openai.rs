@@ -1,0 +1,579 @@
+//! OpenAI chat-completions wire types, their validation into a
+//! [`ChatRequest`], and the response shapes.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use skillhost_actors::{ChatFinish, ChatRequest, Usage};
+use skillhost_engine::{ChatMessage, ResponseFormat, Role, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
+
+use crate::http::error::ApiError;
+
+/// Most stop sequences one request may give.
+pub const MAX_STOP_SEQUENCES: usize = 16;
+/// Most tools one request may declare (OpenAI's limit).
+pub const MAX_TOOLS: usize = 128;
+/// Longest tool name (OpenAI's limit).
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: Option<String>,
+    pub messages: Vec<WireMessage>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub seed: Option<i64>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    pub stop: Option<Stop>,
+    pub tools: Option<Vec<WireTool>>,
+    pub tool_choice: Option<WireToolChoice>,
+    pub parallel_tool_calls: Option<bool>,
+    pub response_format: Option<WireResponseFormat>,
+    pub n: Option<u32>,
+    pub logprobs: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<WireContent>,
+    pub tool_calls: Option<Vec<WireToolCall>>,
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WireContent {
+    Text(String),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WirePart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireToolCall {
+    pub id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub function: WireFunctionCall,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunctionCall {
+    pub name: String,
+    /// A JSON text per OpenAI; an object is accepted too.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireTool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunction {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub parameters: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WireToolChoice {
+    Mode(String),
+    Function {
+        #[serde(rename = "type")]
+        kind: String,
+        function: WireNamed,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireNamed {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub json_schema: Option<WireJsonSchema>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireJsonSchema {
+    pub schema: Option<Value>,
+}
+
+/// Checks a number against an inclusive range, naming the field.
+fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
+    name: &str,
+    value: Option<T>,
+    min: T,
+    max: T,
+) -> Result<Option<T>, ApiError> {
+    match value {
+        Some(v) if !(v >= min && v <= max) => {
+            Err(ApiError::bad_param(name, format!("'{name}' must be between {min} and {max}, got {v}")))
+        }
+        other => Ok(other),
+    }
+}
+
+fn role(index: usize, role: &str) -> Result<Role, ApiError> {
+    match role {
+        "system" => Ok(Role::System),
+        "developer" => Ok(Role::Developer),
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        "tool" => Ok(Role::Tool),
+        other => Err(ApiError::bad_param(
+            &format!("messages[{index}].role"),
+            format!("messages[{index}].role must be one of system, developer, user, assistant, tool; got '{other}'"),
+        )),
+    }
+}
+
+fn content(index: usize, content: Option<WireContent>) -> Result<String, ApiError> {
+    match content {
+        None => Ok(String::new()),
+        Some(WireContent::Text(text)) => Ok(text),
+        Some(WireContent::Parts(parts)) => {
+            let mut text = String::new();
+            for (part_index, part) in parts.into_iter().enumerate() {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(part_text)) => text.push_str(&part_text),
+                    ("text", None) => {
+                        return Err(ApiError::bad_param(
+                            &format!("messages[{index}].content[{part_index}].text"),
+                            format!("messages[{index}].content[{part_index}] is a text part without 'text'"),
+                        ))
+                    }
+                    (kind, _) => {
+                        return Err(ApiError::bad_param(
+                            &format!("messages[{index}].content[{part_index}].type"),
+                            format!("messages[{index}].content[{part_index}] has type '{kind}'; this server accepts only text parts"),
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn tool_call(index: usize, call_index: usize, call: WireToolCall) -> Result<ToolCall, ApiError> {
+    let at = format!("messages[{index}].tool_calls[{call_index}]");
+    if let Some(kind) = call.kind.as_deref() {
+        if kind != "function" {
+            return Err(ApiError::bad_param(
+                &format!("{at}.type"),
+                format!("{at}.type must be 'function', got '{kind}'"),
+            ));
+        }
+    }
+    let arguments = match call.function.arguments {
+        None | Some(Value::Null) => "{}".to_string(),
+        Some(Value::String(text)) => text,
+        Some(value @ Value::Object(_)) => value.to_string(),
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                &format!("{at}.function.arguments"),
+                format!("{at}.function.arguments must be a JSON string (or an object)"),
+            ))
+        }
+    };
+    Ok(ToolCall { id: call.id.unwrap_or_default(), name: call.function.name, arguments })
+}
+
+fn is_valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_TOOL_NAME_LEN
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The request after validation, plus what the HTTP layer itself needs.
+#[derive(Debug)]
+pub struct ValidatedChat {
+    pub request: ChatRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+impl ChatCompletionRequest {
+    /// Checks everything that can be checked without the model and builds
+    /// the internal request. `model_id` is the loaded model's id.
+    pub fn validate(self, model_id: &str) -> Result<ValidatedChat, ApiError> {
+        if let Some(model) = self.model.as_deref() {
+            let matches = model.is_empty() || model == model_id || model.strip_suffix(".gguf") == Some(model_id);
+            if !matches {
+                return Err(ApiError::ModelNotFound(format!(
+                    "the model '{model}' is not served here; this server serves '{model_id}'"
+                )));
+            }
+        }
+        if self.messages.is_empty() {
+            return Err(ApiError::bad_param("messages", "'messages' must contain at least one message"));
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_param("n", "'n' must be 1; this server returns one choice per request"));
+        }
+        if self.logprobs == Some(true) {
+            return Err(ApiError::bad_param("logprobs", "'logprobs' is not supported by this server"));
+        }
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (index, wire) in self.messages.into_iter().enumerate() {
+            let role = role(index, &wire.role)?;
+            let mut message = ChatMessage::new(role, content(index, wire.content)?);
+            if let Some(calls) = wire.tool_calls {
+                if role != Role::Assistant {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{index}].tool_calls"),
+                        format!("messages[{index}] has tool_calls but only assistant messages can"),
+                    ));
+                }
+                message.tool_calls = calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, call)| tool_call(index, i, call))
+                    .collect::<Result<_, _>>()?;
+            }
+            if role == Role::Tool {
+                match wire.tool_call_id {
+                    Some(id) if !id.is_empty() => message.tool_call_id = Some(id),
+                    _ => {
+                        return Err(ApiError::bad_param(
+                            &format!("messages[{index}].tool_call_id"),
+                            format!("messages[{index}] has role 'tool' but no 'tool_call_id'"),
+                        ))
+                    }
+                }
+            }
+            message.name = wire.name;
+            messages.push(message);
+        }
+
+        let temperature = check_range("temperature", self.temperature, 0.0, 2.0)?;
+        let top_p = check_range("top_p", self.top_p, 0.0, 1.0)?;
+        let min_p = check_range("min_p", self.min_p, 0.0, 1.0)?;
+        let presence_penalty = check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
+        let frequency_penalty = check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
+        let repeat_penalty = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?;
+        let top_k = check_range("top_k", self.top_k, 0, i32::MAX)?;
+        let defaults = SamplingParams::default();
+        let sampling = SamplingParams {
+            temperature: temperature.unwrap_or(defaults.temperature),
+            top_k: top_k.unwrap_or(defaults.top_k),
+            top_p: top_p.unwrap_or(defaults.top_p),
+            min_p: min_p.unwrap_or(defaults.min_p),
+            presence_penalty: presence_penalty.unwrap_or(defaults.presence_penalty),
+            frequency_penalty: frequency_penalty.unwrap_or(defaults.frequency_penalty),
+            repeat_penalty: repeat_penalty.unwrap_or(defaults.repeat_penalty),
+            // Seeds are 32-bit in llama.cpp; larger values are folded in.
+            seed: self.seed.map(|s| (s as u64 & 0xffff_ffff) as u32),
+        };
+        let max_tokens = self.max_completion_tokens.or(self.max_tokens);
+        if max_tokens == Some(0) {
+            let name = if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" };
+            return Err(ApiError::bad_param(name, format!("'{name}' must be at least 1")));
+        }
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(many)) => many,
+        };
+        if stop.len() > MAX_STOP_SEQUENCES {
+            return Err(ApiError::bad_param(
+                "stop",
+                format!("'stop' has {} sequences; at most {MAX_STOP_SEQUENCES} are allowed", stop.len()),
+            ));
+        }
+
+        let mut tools = Vec::new();
+        for (index, tool) in self.tools.unwrap_or_default().into_iter().enumerate() {
+            if tool.kind != "function" {
+                return Err(ApiError::bad_param(
+                    &format!("tools[{index}].type"),
+                    format!("tools[{index}].type must be 'function', got '{}'", tool.kind),
+                ));
+            }
+            let name = tool.function.name;
+            if !is_valid_tool_name(&name) {
+                return Err(ApiError::bad_param(
+                    &format!("tools[{index}].function.name"),
+                    format!("tools[{index}].function.name '{name}' must be 1 to {MAX_TOOL_NAME_LEN} letters, digits, '_' or '-'"),
+                ));
+            }
+            if tools.iter().any(|t: &ToolDef| t.name == name) {
+                return Err(ApiError::bad_param("tools", format!("the tool '{name}' is declared twice")));
+            }
+            let parameters = match tool.function.parameters {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(schema @ Value::Object(_)) => schema,
+                Some(_) => {
+                    return Err(ApiError::bad_param(
+                        &format!("tools[{index}].function.parameters"),
+                        format!("tools[{index}].function.parameters must be a JSON Schema object"),
+                    ))
+                }
+            };
+            tools.push(ToolDef { name, description: tool.function.description.unwrap_or_default(), parameters });
+        }
+        if tools.len() > MAX_TOOLS {
+            return Err(ApiError::bad_param(
+                "tools",
+                format!("'tools' has {} entries; at most {MAX_TOOLS} are allowed", tools.len()),
+            ));
+        }
+        let tool_choice = match self.tool_choice {
+            None => ToolChoice::Auto,
+            Some(WireToolChoice::Mode(mode)) => match mode.as_str() {
+                "none" => ToolChoice::None,
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                other => {
+                    return Err(ApiError::bad_param(
+                        "tool_choice",
+                        format!("'tool_choice' must be 'none', 'auto', 'required' or a function object, got '{other}'"),
+                    ))
+                }
+            },
+            Some(WireToolChoice::Function { kind, function }) => {
+                if kind != "function" {
+                    return Err(ApiError::bad_param(
+                        "tool_choice.type",
+                        format!("tool_choice.type must be 'function', got '{kind}'"),
+                    ));
+                }
+                ToolChoice::Named(function.name)
+            }
+        };
+        let response_format = match self.response_format {
+            None => ResponseFormat::Text,
+            Some(format) => match format.kind.as_str() {
+                "text" => ResponseFormat::Text,
+                "json_object" => ResponseFormat::JsonObject,
+                "json_schema" => match format.json_schema.and_then(|s| s.schema) {
+                    Some(schema @ Value::Object(_)) => ResponseFormat::JsonSchema(schema),
+                    Some(_) => {
+                        return Err(ApiError::bad_param(
+                            "response_format.json_schema.schema",
+                            "response_format.json_schema.schema must be a JSON Schema object",
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::bad_param(
+                            "response_format.json_schema",
+                            "response_format of type 'json_schema' needs json_schema.schema",
+                        ))
+                    }
+                },
+                other => {
+                    return Err(ApiError::bad_param(
+                        "response_format.type",
+                        format!("response_format.type must be 'text', 'json_object' or 'json_schema', got '{other}'"),
+                    ))
+                }
+            },
+        };
+        Ok(ValidatedChat {
+            request: ChatRequest {
+                messages,
+                tools,
+                tool_choice,
+                parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
+                response_format,
+                sampling,
+                max_tokens,
+                stop,
+            },
+            stream: self.stream,
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+pub fn finish_reason(finish: ChatFinish) -> &'static str {
+    match finish {
+        ChatFinish::Stop => "stop",
+        ChatFinish::Length => "length",
+        ChatFinish::ToolCalls => "tool_calls",
+    }
+}
+
+pub fn usage_json(usage: &Usage, timings: &Timings) -> Value {
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": timings.cache_n},
+    })
+}
+
+/// llama-server's `timings` object.
+pub fn timings_json(timings: &Timings) -> Value {
+    json!({
+        "cache_n": timings.cache_n,
+        "prompt_n": timings.prompt_n,
+        "prompt_ms": timings.prompt_ms,
+        "prompt_per_second": timings.prompt_per_second(),
+        "predicted_n": timings.predicted_n,
+        "predicted_ms": timings.predicted_ms,
+        "predicted_per_second": timings.predicted_per_second(),
+    })
+}
+
+pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body::parse_json;
+
+    fn validate(body: Value) -> Result<ValidatedChat, String> {
+        let request: ChatCompletionRequest = parse_json(body.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        request.validate("smol").map_err(|e| e.to_string())
+    }
+
+    fn user() -> Value {
+        json!([{"role": "user", "content": "hi"}])
+    }
+
+    #[test]
+    fn rejections_say_what_is_wrong() {
+        let stops: Vec<String> = (0..=MAX_STOP_SEQUENCES).map(|i| i.to_string()).collect();
+        let tools: Vec<Value> =
+            (0..=MAX_TOOLS).map(|i| json!({"type": "function", "function": {"name": format!("t{i}")}})).collect();
+        let cases = [
+            (json!({"messages": []}), "'messages' must contain at least one message"),
+            (
+                json!({"model": "gpt-4", "messages": user()}),
+                "the model 'gpt-4' is not served here; this server serves 'smol'",
+            ),
+            (json!({"messages": [{"role": "robot", "content": "x"}]}), "messages[0].role must be one of"),
+            (
+                json!({"messages": [{"role": "tool", "content": "x"}]}),
+                "messages[0] has role 'tool' but no 'tool_call_id'",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "has type 'image_url'; this server accepts only text parts",
+            ),
+            (json!({"messages": user(), "temperature": 2.5}), "'temperature' must be between 0 and 2, got 2.5"),
+            (json!({"messages": user(), "top_p": -0.1}), "'top_p' must be between 0 and 1, got -0.1"),
+            (json!({"messages": user(), "max_tokens": 0}), "'max_tokens' must be at least 1"),
+            (json!({"messages": user(), "n": 2}), "'n' must be 1"),
+            (json!({"messages": user(), "stop": stops}), "'stop' has 17 sequences; at most 16 are allowed"),
+            (json!({"messages": user(), "tools": tools}), "'tools' has 129 entries; at most 128 are allowed"),
+            (
+                json!({"messages": user(), "tools": [{"type": "function", "function": {"name": "a b"}}]}),
+                "must be 1 to 64 letters",
+            ),
+            (
+                json!({"messages": user(), "tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]}),
+                "the tool 'a' is declared twice",
+            ),
+            (
+                json!({"messages": user(), "tool_choice": "sometimes"}),
+                "'tool_choice' must be 'none', 'auto', 'required'",
+            ),
+            (json!({"messages": user(), "response_format": {"type": "json_schema"}}), "needs json_schema.schema"),
+            (json!({"messages": user(), "response_format": {"type": "yaml"}}), "response_format.type must be"),
+            (json!({"messages": "hi"}), "'messages' is invalid: invalid type: string"),
+        ];
+        for (body, expected) in cases {
+            match validate(body.clone()) {
+                Ok(_) => panic!("accepted {body}"),
+                Err(message) => {
+                    assert!(message.contains(expected), "{message:?} does not contain {expected:?} for {body}")
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn limits_are_accepted_at_the_limit() {
+        let stops: Vec<String> = (0..MAX_STOP_SEQUENCES).map(|i| i.to_string()).collect();
+        let tools: Vec<Value> =
+            (0..MAX_TOOLS).map(|i| json!({"type": "function", "function": {"name": format!("t{i}")}})).collect();
+        let long_name = "a".repeat(MAX_TOOL_NAME_LEN);
+        let too_long = "a".repeat(MAX_TOOL_NAME_LEN + 1);
+        assert!(validate(json!({"messages": user(), "stop": stops, "tools": tools})).is_ok());
+        assert!(validate(
+            json!({"messages": user(), "tools": [{"type": "function", "function": {"name": long_name}}]})
+        )
+        .is_ok());
+        assert!(validate(json!({"messages": user(), "tools": [{"type": "function", "function": {"name": too_long}}]}))
+            .is_err());
+    }
+
+    #[test]
+    fn accepts_openai_shapes() {
+        let body = json!({
+            "model": "smol.gguf",
+            "messages": [
+                {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_completion_tokens": 5,
+            "stop": "x",
+            "tool_choice": {"type": "function", "function": {"name": "w"}},
+            "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}],
+            "user": "ignored-unknown-field"
+        });
+        let validated = match validate(body) {
+            Ok(v) => v,
+            Err(err) => panic!("{err}"),
+        };
+        assert!(validated.stream && validated.include_usage);
+        assert_eq!(validated.request.messages[0].content, "Be brief.");
+        assert_eq!(validated.request.messages[2].tool_calls[0].name, "w");
+        assert_eq!(validated.request.tool_choice, ToolChoice::Named("w".into()));
+        assert_eq!(validated.request.max_tokens, Some(5));
+        assert_eq!(validated.request.stop, vec!["x".to_string()]);
+    }
+}
