@@ -21,6 +21,10 @@ use tracing_subscriber::EnvFilter;
 
 use config::{Cli, Command, LogFormat, ServeConfig};
 
+/// Log filter when `RUST_LOG` is not set: llama.cpp's own load-time chatter
+/// (a hundred lines of tensor and buffer details) only shows when asked for.
+const DEFAULT_LOG_FILTER: &str = "info,llama.cpp=warn,ggml=warn";
+
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -53,7 +57,7 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -37,7 +37,7 @@ impl Server {
     pub async fn start(engine: EngineConfig) -> Result<Server, String> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
         let (supervisor, _) =
-            Actor::spawn(Some("supervisor".into()), Supervisor, SupervisorArgs { engine, status: status_tx })
+            Actor::spawn(None, Supervisor, SupervisorArgs { engine, status: status_tx })
                 .await
                 .map_err(|err| format!("cannot start the supervisor: {err}"))?;
         Ok(Server { supervisor, status })

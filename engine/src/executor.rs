@@ -244,6 +244,7 @@ impl<'m> Executor<'m> {
         loop {
             let busy = self.slots.iter().any(|s| s.active.is_some()) || !self.queue.is_empty();
             if !busy {
+                self.publish_stats();
                 // Idle: sleep until a command arrives; a closed channel ends the thread.
                 match commands.recv() {
                     Ok(command) => self.handle(command),

@@ -44,3 +44,6 @@ pub fn configure(config: &mut web::ServiceConfig) {
         )
         .default_service(web::to(ops::not_found));
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,94 @@
+//! The supervisor recovers from an engine crash: in-flight requests get a
+//! clean error and the next request is served. Uses the real default model.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use skillhost_actors::{ChatError, ChatEvent, ChatRequest, ModelStatus, Server};
+use skillhost_engine::{ChatMessage, EngineConfig, Role, SamplingParams};
+
+fn config() -> EngineConfig {
+    let model_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model_path.exists(), "{} is missing: run `make model`", model_path.display());
+    EngineConfig { model_path, n_ctx: Some(2048), n_parallel: 2, n_threads: None }
+}
+
+fn request(text: &str, max_tokens: u32) -> ChatRequest {
+    ChatRequest {
+        messages: vec![ChatMessage::new(Role::System, "You are a helpful assistant."), ChatMessage::new(Role::User, text)],
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        max_tokens: Some(max_tokens),
+        ..ChatRequest::default()
+    }
+}
+
+async fn ready(server: &Server) -> Arc<skillhost_engine::ModelInfo> {
+    match server.wait_until_loaded().await {
+        ModelStatus::Ready { info, .. } => info,
+        other => panic!("the model did not load: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
+    let server = match Server::start(config()).await {
+        Ok(s) => s,
+        Err(err) => panic!("{err}"),
+    };
+    let first_info = ready(&server).await;
+
+    let mut chat = match server.chat(request("Count from one to one thousand in words.", 1000)).await {
+        Ok(c) => c,
+        Err(err) => panic!("{err}"),
+    };
+    // Wait until text flows, then crash the engine under it.
+    loop {
+        match chat.events.recv().await {
+            Some(ChatEvent::Content(_)) => break,
+            Some(ChatEvent::Accepted) => {}
+            other => panic!("unexpected event before the crash: {other:?}"),
+        }
+    }
+    server.inject_engine_panic();
+    let ending = loop {
+        match chat.events.recv().await {
+            Some(ChatEvent::Content(_)) => {}
+            other => break other,
+        }
+    };
+    assert_eq!(
+        ending,
+        Some(ChatEvent::Failed(ChatError::Unavailable("the model engine stopped unexpectedly".into())))
+    );
+
+    // The supervisor reloads the model; wait for the new engine.
+    let reloaded = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if let ModelStatus::Ready { info, .. } = server.status() {
+                if !Arc::ptr_eq(&info, &first_info) {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(reloaded.is_ok(), "the model was not reloaded");
+
+    let mut chat = match server.chat(request("What is the capital of France?", 32)).await {
+        Ok(c) => c,
+        Err(err) => panic!("the request after the restart failed: {err}"),
+    };
+    let mut answer = String::new();
+    loop {
+        match chat.events.recv().await {
+            Some(ChatEvent::Content(text)) => answer.push_str(&text),
+            Some(ChatEvent::Finished { .. }) => break,
+            Some(ChatEvent::Accepted) => {}
+            other => panic!("unexpected event after the restart: {other:?}"),
+        }
+    }
+    assert!(answer.contains("Paris"), "answer after the restart: {answer}");
+    server.shutdown();
+}
