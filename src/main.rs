@@ -58,7 +58,8 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -75,6 +76,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
     });
     // Listen first so /health answers 503 while the model loads.
     let http_server = HttpServer::new(move || App::new().app_data(state.clone()).configure(http::configure))
+        .on_connect(http::peer::on_connect)
         .bind((config.host, config.port))
         .map_err(|err| format!("cannot listen on {}:{}: {err}", config.host, config.port))?;
     for address in http_server.addrs() {

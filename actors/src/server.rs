@@ -36,10 +36,9 @@ impl Server {
     /// Starts the supervisor, which begins loading the model in the background.
     pub async fn start(engine: EngineConfig) -> Result<Server, String> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
-        let (supervisor, _) =
-            Actor::spawn(None, Supervisor, SupervisorArgs { engine, status: status_tx })
-                .await
-                .map_err(|err| format!("cannot start the supervisor: {err}"))?;
+        let (supervisor, _) = Actor::spawn(None, Supervisor, SupervisorArgs { engine, status: status_tx })
+            .await
+            .map_err(|err| format!("cannot start the supervisor: {err}"))?;
         Ok(Server { supervisor, status })
     }
 

@@ -16,7 +16,10 @@ fn config() -> EngineConfig {
 
 fn request(text: &str, max_tokens: u32) -> ChatRequest {
     ChatRequest {
-        messages: vec![ChatMessage::new(Role::System, "You are a helpful assistant."), ChatMessage::new(Role::User, text)],
+        messages: vec![
+            ChatMessage::new(Role::System, "You are a helpful assistant."),
+            ChatMessage::new(Role::User, text),
+        ],
         sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
         max_tokens: Some(max_tokens),
         ..ChatRequest::default()
@@ -57,10 +60,7 @@ async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
             other => break other,
         }
     };
-    assert_eq!(
-        ending,
-        Some(ChatEvent::Failed(ChatError::Unavailable("the model engine stopped unexpectedly".into())))
-    );
+    assert_eq!(ending, Some(ChatEvent::Failed(ChatError::Unavailable("the model engine stopped unexpectedly".into()))));
 
     // The supervisor reloads the model; wait for the new engine.
     let reloaded = tokio::time::timeout(Duration::from_secs(120), async {

@@ -129,6 +129,9 @@ pub struct Submitted {
 pub struct EngineStats {
     pub active_slots: AtomicUsize,
     pub queued: AtomicUsize,
+    /// Requests whose receiver went away before they finished (client
+    /// disconnects and cancellations).
+    pub cancelled: AtomicUsize,
 }
 
 /// Messages to the engine thread.

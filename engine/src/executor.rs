@@ -323,11 +323,17 @@ impl<'m> Executor<'m> {
     /// Ends sequences whose receiver is gone (client disconnected or request
     /// cancelled): the slot is freed and the KV entries kept for reuse.
     fn drop_cancelled(&mut self) {
+        let queued = self.queue.len();
         self.queue.retain(|q| !q.events.is_closed());
+        let mut cancelled = queued - self.queue.len();
         for slot in &mut self.slots {
             if slot.active.as_ref().is_some_and(|a| a.events.is_closed()) {
                 slot.release();
+                cancelled += 1;
             }
+        }
+        if cancelled > 0 {
+            self.stats.cancelled.fetch_add(cancelled, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

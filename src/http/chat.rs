@@ -14,6 +14,7 @@ use skillhost_engine::{Timings, ToolCall};
 use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{finish_reason, timings_json, tool_calls_json, usage_json, ChatCompletionRequest};
+use crate::http::peer::PeerWatch;
 use crate::http::AppState;
 
 fn unix_now() -> u64 {
@@ -63,23 +64,24 @@ async fn serve(
     let info = ready_model(state)?;
     let validated = wire.validate(&info.id)?;
     let mut chat = state.server.chat(validated.request).await?;
+    let mut peer = PeerWatch::new(request);
     // The first event says whether the engine took the prompt, so a bad
     // prompt is a 400 before any stream starts.
-    match chat.events.recv().await {
+    match peer.next_event(&mut chat).await {
         Some(ChatEvent::Accepted) => {}
         Some(ChatEvent::Failed(err)) => return Err(err.into()),
         Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
     }
     let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
     if validated.stream {
-        let body = sse_stream(state.clone(), chat, meta, validated.include_usage);
+        let body = sse_stream(state.clone(), chat, peer, meta, validated.include_usage);
         Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .insert_header(("X-Accel-Buffering", "no"))
             .streaming(body))
     } else {
-        collect(state, chat, meta).await
+        collect(state, chat, peer, meta).await
     }
 }
 
@@ -108,12 +110,13 @@ impl ResponseMeta {
 async fn collect(
     state: &web::Data<AppState>,
     mut chat: ChatStream,
+    mut peer: PeerWatch,
     meta: ResponseMeta,
 ) -> Result<HttpResponse, ApiError> {
     let mut content = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut first = true;
-    while let Some(event) = chat.events.recv().await {
+    while let Some(event) = peer.next_event(&mut chat).await {
         match event {
             ChatEvent::Accepted => {}
             ChatEvent::Content(text) => {
@@ -155,6 +158,7 @@ struct SseState {
     app: web::Data<AppState>,
     /// Held so that dropping the response (a client disconnect) stops the request.
     chat: ChatStream,
+    peer: PeerWatch,
     meta: ResponseMeta,
     include_usage: bool,
     /// Frames ready to send, in order.
@@ -171,12 +175,13 @@ fn frame(value: &Value) -> Bytes {
 fn sse_stream(
     app: web::Data<AppState>,
     chat: ChatStream,
+    peer: PeerWatch,
     meta: ResponseMeta,
     include_usage: bool,
 ) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
     let mut pending = std::collections::VecDeque::new();
     pending.push_back(frame(&meta.chunk(json!({"role": "assistant", "content": ""}), None)));
-    let state = SseState { app, chat, meta, include_usage, pending, first_output: true, done: false };
+    let state = SseState { app, chat, peer, meta, include_usage, pending, first_output: true, done: false };
     stream::unfold(state, |mut state| async move {
         loop {
             if let Some(bytes) = state.pending.pop_front() {
@@ -185,8 +190,10 @@ fn sse_stream(
             if state.done {
                 return None;
             }
-            match state.chat.events.recv().await {
+            match state.peer.next_event(&mut state.chat).await {
                 Some(event) => state.on_event(event),
+                // The client left: ending the body drops the request.
+                None if state.peer.is_closed() => return None,
                 None => {
                     let err = ApiError::Internal("the request ended without an answer".into());
                     state.fail(&err);

@@ -15,6 +15,7 @@ pub struct Metrics {
     pub tokens_per_second: Histogram,
     active_slots: IntGauge,
     queued: IntGauge,
+    cancelled: IntGauge,
     model_ready: IntGauge,
 }
 
@@ -40,6 +41,10 @@ impl Metrics {
         )?;
         let active_slots = IntGauge::new("active_slots", "Slots decoding a request right now.")?;
         let queued = IntGauge::new("queued_requests", "Requests waiting for a free slot.")?;
+        // A gauge fed from the engine's counter: it restarts at zero when the
+        // engine restarts.
+        let cancelled =
+            IntGauge::new("cancelled_requests", "Requests the engine dropped because their client went away.")?;
         let model_ready = IntGauge::new("model_ready", "1 when a model is loaded and serving.")?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(errors.clone()))?;
@@ -50,6 +55,7 @@ impl Metrics {
         registry.register(Box::new(tokens_per_second.clone()))?;
         registry.register(Box::new(active_slots.clone()))?;
         registry.register(Box::new(queued.clone()))?;
+        registry.register(Box::new(cancelled.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
         Ok(Metrics {
             registry,
@@ -62,6 +68,7 @@ impl Metrics {
             tokens_per_second,
             active_slots,
             queued,
+            cancelled,
             model_ready,
         })
     }
@@ -83,6 +90,7 @@ impl Metrics {
                 self.model_ready.set(1);
                 self.active_slots.set(stats.active_slots.load(std::sync::atomic::Ordering::Relaxed) as i64);
                 self.queued.set(stats.queued.load(std::sync::atomic::Ordering::Relaxed) as i64);
+                self.cancelled.set(stats.cancelled.load(std::sync::atomic::Ordering::Relaxed) as i64);
             }
             ModelStatus::Loading | ModelStatus::Failed(_) => {
                 self.model_ready.set(0);

@@ -7,6 +7,7 @@ pub mod error;
 pub mod metrics;
 pub mod openai;
 pub mod ops;
+pub mod peer;
 
 use actix_web::web;
 use skillhost_actors::Server;

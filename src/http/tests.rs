@@ -140,15 +140,67 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
     let cases = vec![
         bad("POST", "/v1/chat/completions", "{\"messages\": [", 400, "the request body is not valid JSON"),
         bad("POST", "/v1/chat/completions", "", 400, "the request body is empty"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": "hi"})), 400, "'messages' is invalid: invalid type: string"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": user, "temperature": "hot"})), 400, "'temperature' is invalid"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": user, "max_tokens": -1})), 400, "'max_tokens' is invalid"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": []})), 400, "'messages' must contain at least one message"),
-        bad("POST", "/v1/chat/completions", json(json!({"model": "gpt-4o", "messages": user})), 404, "the model 'gpt-4o' is not served here"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": [{"role": "user", "content": "word ".repeat(400)}]})), 400, "but the context holds 256 tokens"),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"messages": "hi"})),
+            400,
+            "'messages' is invalid: invalid type: string",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"messages": user, "temperature": "hot"})),
+            400,
+            "'temperature' is invalid",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"messages": user, "max_tokens": -1})),
+            400,
+            "'max_tokens' is invalid",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"messages": []})),
+            400,
+            "'messages' must contain at least one message",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"model": "gpt-4o", "messages": user})),
+            404,
+            "the model 'gpt-4o' is not served here",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(json!({"messages": [{"role": "user", "content": "word ".repeat(400)}]})),
+            400,
+            "but the context holds 256 tokens",
+        ),
         bad("POST", "/v1/chat/completions", oversized, 413, "larger than the limit of 8388608 bytes"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": user, "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [{"type": "function", "function": {"name": "real"}}]})), 400, "tool_choice names the tool 'nope'"),
-        bad("POST", "/v1/chat/completions", json(json!({"messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/definitions/missing"}}}})), 400, "cannot be turned into a grammar"),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(
+                json!({"messages": user, "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [{"type": "function", "function": {"name": "real"}}]}),
+            ),
+            400,
+            "tool_choice names the tool 'nope'",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(
+                json!({"messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/definitions/missing"}}}}),
+            ),
+            400,
+            "cannot be turned into a grammar",
+        ),
         bad("GET", "/v1/chat/completions", "", 405, "/v1/chat/completions does not accept GET"),
         bad("GET", "/v1/nothing", "", 404, "there is no route GET /v1/nothing"),
         bad("GET", "/nothing", "", 404, "there is no route GET /nothing"),
@@ -173,7 +225,13 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
             body["error"].as_str().unwrap_or_default().to_string()
         };
         assert_eq!(status, case.status, "{} {} answered {body}", case.method, case.uri);
-        assert!(message.contains(case.message), "{} {}: {message:?} does not contain {:?}", case.method, case.uri, case.message);
+        assert!(
+            message.contains(case.message),
+            "{} {}: {message:?} does not contain {:?}",
+            case.method,
+            case.uri,
+            case.message
+        );
     }
 
     // A body of exactly the limit is read (and then served).
@@ -187,15 +245,18 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
 async fn health_models_and_metrics() {
     let state = state(2048).await;
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
-    let response: Value = test::call_and_read_body_json(&app, test::TestRequest::get().uri("/health").to_request()).await;
+    let response: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/health").to_request()).await;
     assert_eq!(response, json!({"status": "ok"}));
-    let models: Value = test::call_and_read_body_json(&app, test::TestRequest::get().uri("/v1/models").to_request()).await;
+    let models: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/v1/models").to_request()).await;
     assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
     assert_eq!(models["data"][0]["context_length"], 2048);
 
     let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(france(false)).to_request();
     let _: Value = test::call_and_read_body_json(&app, request).await;
-    let metrics = test::read_body(test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await).await;
+    let metrics =
+        test::read_body(test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await).await;
     let metrics = String::from_utf8_lossy(&metrics);
     for line in [
         "skillhost_requests_total{api=\"openai\"} 1",

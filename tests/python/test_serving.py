@@ -1,0 +1,107 @@
+"""Concurrency, disconnects and the no-template model, over real HTTP."""
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+
+from conftest import DEFAULT_MODEL, GEMMA_MODEL
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+def post(url, body):
+    parsed = urllib.parse.urlparse(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=300)
+    connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    return connection, connection.getresponse()
+
+
+def test_eight_concurrent_streams_all_finish(client):
+    prompts = [f"Write one sentence about the number {n}." for n in range(8)]
+    results = [None] * 8
+
+    def run(index):
+        stream = client.chat.completions.create(
+            model=client.models.list().data[0].id,
+            messages=[SYSTEM, {"role": "user", "content": prompts[index]}],
+            max_tokens=32,
+            temperature=0.7,
+            seed=index,
+            stream=True,
+        )
+        text, finish = "", None
+        for chunk in stream:
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                finish = choice.finish_reason or finish
+        results[index] = (text, finish)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(r is not None and r[1] in ("stop", "length") for r in results), results
+
+
+def wait_for(condition, what):
+    # A readiness poll, not a timing assertion: it only bounds a hang.
+    for _ in range(600):
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_a_disconnected_stream_frees_its_slot(start_server):
+    server = start_server("--model", str(DEFAULT_MODEL), "--parallel", "1", "--ctx-size", "4096")
+    long_request = {
+        "messages": [SYSTEM, {"role": "user", "content": "Count from one to one thousand, in words."}],
+        "max_tokens": 3000,
+        "stream": True,
+    }
+    connection, response = post(server.url, long_request)
+    assert response.status == 200
+    response.fp.readline()  # the first frame arrived: the request holds the only slot
+    connection.sock.close()
+    connection.close()
+    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request")
+    assert server.metric("skillhost_active_slots") == 0
+
+    # The only slot serves the next request.
+    connection, response = post(server.url, {"messages": [SYSTEM, {"role": "user", "content": "Hi"}], "max_tokens": 8})
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 200, body
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_a_disconnected_non_streaming_request_is_cancelled(start_server):
+    server = start_server("--model", str(DEFAULT_MODEL), "--parallel", "1", "--ctx-size", "4096")
+    long_request = {
+        "messages": [SYSTEM, {"role": "user", "content": "Count from one to one thousand, in words."}],
+        "max_tokens": 3000,
+    }
+    parsed = urllib.parse.urlparse(server.url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port)
+    connection.request("POST", "/v1/chat/completions", json.dumps(long_request), {"Content-Type": "application/json"})
+    wait_for(lambda: server.metric("skillhost_active_slots") == 1, "the request started")
+    connection.sock.close()
+    connection.close()
+    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request")
+
+
+def test_the_no_template_model_is_served_with_a_logged_fallback(start_server):
+    server = start_server("--model", str(GEMMA_MODEL), "--ctx-size", "2048")
+    log = "".join(server.log)
+    assert "built-in 'gemma' format (the model has no chat template)" in log, log
+    connection, response = post(
+        server.url, {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16, "temperature": 0}
+    )
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 200, body
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert body["usage"]["completion_tokens"] > 0
