@@ -23,7 +23,7 @@ use config::{Cli, Command, LogFormat, ServeConfig};
 
 /// Log filter when `RUST_LOG` is not set: llama.cpp's own load-time chatter
 /// (a hundred lines of tensor and buffer details) only shows when asked for.
-const DEFAULT_LOG_FILTER: &str = "info,llama.cpp=warn,ggml=warn";
+const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
 
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {

@@ -75,15 +75,7 @@ pub(crate) fn run(
     let threads = config
         .n_threads
         .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(n_ctx))
-        .with_n_batch(BATCH_SIZE)
-        .with_n_ubatch(UBATCH_SIZE)
-        .with_n_seq_max(n_parallel)
-        .with_kv_unified(true)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads);
-    let ctx = match model.new_context(backend, params) {
+    let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads)) {
         Ok(ctx) => ctx,
         Err(err) => {
             let _ = loaded.send(Err(load_error(format!("cannot create a context of {n_ctx} tokens: {err}"))));
@@ -103,6 +95,21 @@ pub(crate) fn run(
     }
     let mut executor = Executor::new(&model, ctx, n_parallel as usize, bos_text, stats);
     executor.run(commands);
+}
+
+/// The context parameters the engine runs with; public so the benchmark's
+/// bare decode loop runs on exactly the same settings.
+pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContextParams {
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(BATCH_SIZE)
+        .with_n_ubatch(UBATCH_SIZE)
+        .with_n_seq_max(n_parallel)
+        // One KV buffer shared by all slots, so one long request can use the
+        // whole context while the others are short.
+        .with_kv_unified(true)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
 }
 
 fn model_info(

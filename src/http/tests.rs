@@ -219,7 +219,7 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
             Err(err) => panic!("{} {}: the error body is not JSON: {err}", case.method, case.uri),
         };
         let message = if case.uri.starts_with("/v1/") {
-            assert_eq!(body["error"]["type"].as_str().is_some(), true, "{body}");
+            assert!(body["error"]["type"].as_str().is_some(), "{body}");
             body["error"]["message"].as_str().unwrap_or_default().to_string()
         } else {
             body["error"].as_str().unwrap_or_default().to_string()

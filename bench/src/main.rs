@@ -1,0 +1,309 @@
+//! `make bench`: skillhost against a bare llama.cpp decode loop, side by side,
+//! on the default model with the same thread count, printed as ratios.
+//!
+//! 1. Generation speed through `POST /v1/chat/completions` (streaming) over
+//!    the bare loop's: the overhead of everything we add.
+//! 2. Time to first token through HTTP minus the bare loop's prefill time.
+//! 3. Aggregate generation speed with 1, 4 and 8 concurrent streams, and the
+//!    time to first token at 8 streams.
+//! 4. Prompt tokens re-decoded on a conversation's second turn over the
+//!    tokens that turn added.
+//!
+//! The bare loop runs first in this process; then the real `skillhost`
+//! binary is started and measured over HTTP, so the two never share the CPU.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use serde_json::{json, Value};
+use skillhost_engine::template::ChatTemplate;
+
+const MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const N_CTX: u32 = 8192;
+const N_PARALLEL: u32 = 8;
+/// Tokens generated per measured request.
+const MAX_TOKENS: usize = 128;
+/// Repetitions of the single-stream measurements; the median is reported.
+const RUNS: usize = 5;
+
+fn messages(run: usize) -> Value {
+    // The run number at the very front keeps any run from reusing another's
+    // KV prefix, so every time to first token includes a full prefill.
+    json!([
+        {"role": "system", "content": format!("Session {run}. You are a helpful assistant who writes at length.")},
+        {"role": "user", "content": "Tell me a long story about a lighthouse keeper and a storm. Describe the sea, the light, the ships and the people in detail."}
+    ])
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+fn percentile(mut values: Vec<f64>, p: f64) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * (values.len() as f64 - 1.0)).round() as usize;
+    values[rank.min(values.len() - 1)]
+}
+
+struct BareRun {
+    prefill_ms: f64,
+    gen_tokens_per_s: f64,
+    n_generated: usize,
+}
+
+/// The bare loop: prefill, then one token per decode, greedy, on the
+/// engine's own context parameters.
+fn bare_runs(threads: i32) -> Vec<BareRun> {
+    llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(false));
+    let backend = LlamaBackend::init().expect("llama backend");
+    let model = LlamaModel::load_from_file(&backend, MODEL, &LlamaModelParams::default()).expect("model");
+    let mut ctx =
+        model.new_context(&backend, skillhost_engine::context_params(N_CTX, N_PARALLEL, threads)).expect("context");
+    let template_text = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
+    let template = ChatTemplate::for_model(template_text.as_deref(), "llama", "", "").expect("template");
+    let mut batch = LlamaBatch::new(skillhost_engine::engine::BATCH_SIZE as usize, 1);
+    let mut runs = Vec::new();
+    // One unmeasured run first, as the server gets one: the first decode of a
+    // fresh context pays for allocating its compute graph.
+    for run in 0..=RUNS {
+        let prompt = template.render(&messages(1000 + run), None, true).expect("render");
+        let tokens = model.vocab().tokenize(prompt.as_bytes(), false, true);
+        ctx.clear_kv_cache();
+        let mut sampler = LlamaSampler::chain_simple([LlamaSampler::greedy()]);
+        let started = Instant::now();
+        batch.clear();
+        for (i, token) in tokens.iter().enumerate() {
+            batch.add(*token, i as i32, &[0], i + 1 == tokens.len()).expect("batch");
+        }
+        ctx.decode(&mut batch).expect("decode");
+        let mut token = sampler.sample(&ctx, batch.n_tokens() - 1);
+        let first = Instant::now();
+        let mut n_generated = 1;
+        let mut pos = tokens.len() as i32;
+        while n_generated < MAX_TOKENS && !model.vocab().is_eog(token) {
+            batch.clear();
+            batch.add(token, pos, &[0], true).expect("batch");
+            pos += 1;
+            ctx.decode(&mut batch).expect("decode");
+            token = sampler.sample(&ctx, 0);
+            n_generated += 1;
+        }
+        let done = Instant::now();
+        if run == 0 {
+            continue;
+        }
+        runs.push(BareRun {
+            prefill_ms: (first - started).as_secs_f64() * 1000.0,
+            gen_tokens_per_s: (n_generated - 1) as f64 / (done - first).as_secs_f64(),
+            n_generated,
+        });
+    }
+    runs
+}
+
+/// The real server, started as an operator would.
+struct ServerProcess {
+    child: Child,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start(threads: i32) -> Self {
+        let binary = Path::new("target/release/skillhost");
+        assert!(binary.exists(), "build the server first: cargo build --release");
+        let mut child = Command::new(binary)
+            .args(["serve", "--model", MODEL, "--port", "0", "--parallel", &N_PARALLEL.to_string()])
+            .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
+            .env("RUST_LOG", "warn,skillhost=info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start skillhost");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines.next().expect("the server exited before listening").expect("read log");
+            if let Some(at) = line.find("listening on ") {
+                break line[at + "listening on ".len()..].trim().to_string();
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let server = ServerProcess { child, url };
+        for _ in 0..1200 {
+            if ureq::get(&format!("{}/health", server.url)).call().is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the server never became healthy");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the client saw of one streamed request.
+struct StreamRun {
+    ttft_ms: f64,
+    /// From the first content frame to the last one.
+    gen_ms: f64,
+    predicted_n: usize,
+    started: Instant,
+    finished: Instant,
+}
+
+fn stream(url: &str, messages: Value) -> StreamRun {
+    let body = json!({"messages": messages, "temperature": 0, "max_tokens": MAX_TOKENS, "stream": true});
+    let started = Instant::now();
+    let mut response = ureq::post(&format!("{url}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("request");
+    let reader = BufReader::new(response.body_mut().as_reader());
+    let (mut first, mut last, mut predicted_n) = (None, None, 0);
+    for line in reader.lines() {
+        let line = line.expect("read stream");
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).expect("chunk");
+        let now = Instant::now();
+        if chunk["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty()) {
+            first.get_or_insert(now);
+            last = Some(now);
+        }
+        if let Some(n) = chunk["timings"]["predicted_n"].as_u64() {
+            predicted_n = n as usize;
+        }
+    }
+    let finished = Instant::now();
+    let first = first.expect("no content arrived");
+    let last = last.unwrap_or(first);
+    StreamRun {
+        ttft_ms: (first - started).as_secs_f64() * 1000.0,
+        gen_ms: (last - first).as_secs_f64() * 1000.0,
+        predicted_n,
+        started,
+        finished,
+    }
+}
+
+fn chat(url: &str, body: Value) -> Value {
+    let mut response = ureq::post(&format!("{url}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("request");
+    serde_json::from_str(&response.body_mut().read_to_string().expect("body")).expect("json")
+}
+
+fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let url = url.to_string();
+            std::thread::spawn(move || stream(&url, messages(round * 100 + i)))
+        })
+        .collect();
+    let runs: Vec<StreamRun> = handles.into_iter().map(|h| h.join().expect("stream thread")).collect();
+    let start = runs.iter().map(|r| r.started).min().expect("runs");
+    let end = runs.iter().map(|r| r.finished).max().expect("runs");
+    let tokens: usize = runs.iter().map(|r| r.predicted_n).sum();
+    (tokens as f64 / (end - start).as_secs_f64(), runs.iter().map(|r| r.ttft_ms).collect())
+}
+
+fn main() {
+    std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
+    assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+    let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
+    assert!(status.success(), "building the server failed");
+
+    eprintln!("bare llama.cpp loop: {RUNS} runs of {MAX_TOKENS} tokens, {threads} threads…");
+    let bare = bare_runs(threads);
+    let bare_tps = median(bare.iter().map(|r| r.gen_tokens_per_s).collect());
+    let bare_prefill = median(bare.iter().map(|r| r.prefill_ms).collect());
+
+    eprintln!("skillhost over HTTP…");
+    let server = ServerProcess::start(threads);
+    let _warm = stream(&server.url, messages(9999));
+    let runs: Vec<StreamRun> = (0..RUNS).map(|run| stream(&server.url, messages(2000 + run))).collect();
+    assert_eq!(runs[0].predicted_n, bare[0].n_generated, "the bare loop and the server generated different lengths");
+    let http_tps = median(runs.iter().map(|r| (r.predicted_n - 1) as f64 / (r.gen_ms / 1000.0)).collect());
+    let http_ttft = median(runs.iter().map(|r| r.ttft_ms).collect());
+
+    let mut aggregate = Vec::new();
+    let mut ttft_8 = Vec::new();
+    for (round, n) in [1usize, 4, 8].into_iter().enumerate() {
+        let (tps, ttfts) = concurrent(&server.url, n, round + 30);
+        aggregate.push((n, tps));
+        if n == 8 {
+            ttft_8 = ttfts;
+        }
+    }
+
+    // A question the model answers and ends on its own, so every answer token
+    // was decoded into the KV cache and the second turn can skip all of it.
+    let question = json!([
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"}
+    ]);
+    let first = chat(&server.url, json!({"messages": question, "temperature": 0, "max_tokens": 64}));
+    assert_eq!(first["choices"][0]["finish_reason"], "stop", "the first turn did not end on its own: {first}");
+    let mut history = question.as_array().cloned().expect("messages");
+    history.push(json!({"role": "assistant", "content": first["choices"][0]["message"]["content"]}));
+    history.push(json!({"role": "user", "content": "And what is the capital of Italy?"}));
+    let second = chat(&server.url, json!({"messages": history, "temperature": 0, "max_tokens": 32}));
+    // The end-of-turn token ends generation without being decoded or shown.
+    let answer_tokens = first["usage"]["completion_tokens"].as_u64().expect("usage") - 1;
+    let known = first["usage"]["prompt_tokens"].as_u64().expect("usage") + answer_tokens;
+    let new_tokens = second["usage"]["prompt_tokens"].as_u64().expect("usage") - known;
+    let redecoded = second["timings"]["prompt_n"].as_u64().expect("timings");
+
+    let single = aggregate[0].1;
+    println!();
+    println!(
+        "skillhost bench: {MODEL}, {threads} threads, ctx {N_CTX}, {N_PARALLEL} slots, {MAX_TOKENS} tokens per request"
+    );
+    println!("| # | measure | skillhost | baseline | result | goal |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| 1 | generation tok/s, HTTP stream ÷ bare loop | {http_tps:.1} | {bare_tps:.1} | {:.3} | ≥ 0.97 |",
+        http_tps / bare_tps
+    );
+    println!(
+        "| 2 | time to first token, HTTP − bare prefill (ms) | {http_ttft:.1} | {bare_prefill:.1} | {:+.1} | ≤ 5 |",
+        http_ttft - bare_prefill
+    );
+    for (n, tps) in &aggregate {
+        println!("| 3 | aggregate tok/s, {n} stream(s) | {tps:.1} | | | |");
+    }
+    println!(
+        "| 3 | 8-stream aggregate ÷ single stream | {:.1} | {single:.1} | {:.2} | ≥ 1.3 |",
+        aggregate[2].1,
+        aggregate[2].1 / single
+    );
+    println!(
+        "| 3 | time to first token at 8 streams, p50 / p99 (ms) | {:.0} / {:.0} | | | |",
+        percentile(ttft_8.clone(), 50.0),
+        percentile(ttft_8, 99.0)
+    );
+    println!(
+        "| 4 | second-turn prompt tokens decoded ÷ new tokens | {redecoded} | {new_tokens} | {:.2} | 1.0 |",
+        redecoded as f64 / new_tokens.max(1) as f64
+    );
+}
