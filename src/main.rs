@@ -5,11 +5,13 @@
 //!   any runtime or thread exists, then starts the actors and the HTTP server.
 //! - [`config`]: flags, environment and config files into a `ServeConfig`.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
+//! - [`sched`]: keeps the server's own threads from preempting decoding.
 //!
 //! The actors live in `skillhost-actors`, the model in `skillhost-engine`.
 
 mod config;
 mod http;
+mod sched;
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +40,11 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(config.log_format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_start(sched::mark_as_batch_work)
+                .build()
+            {
                 Ok(runtime) => runtime,
                 Err(err) => {
                     tracing::error!(error = %err, "cannot start the async runtime");
@@ -75,10 +81,14 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     });
     // Listen first so /health answers 503 while the model loads.
-    let http_server = HttpServer::new(move || App::new().app_data(state.clone()).configure(http::configure))
-        .on_connect(http::peer::on_connect)
-        .bind((config.host, config.port))
-        .map_err(|err| format!("cannot listen on {}:{}: {err}", config.host, config.port))?;
+    let http_server = HttpServer::new(move || {
+        // The app factory runs once on each worker thread as it starts.
+        sched::mark_as_batch_work();
+        App::new().app_data(state.clone()).configure(http::configure)
+    })
+    .on_connect(http::peer::on_connect)
+    .bind((config.host, config.port))
+    .map_err(|err| format!("cannot listen on {}:{}: {err}", config.host, config.port))?;
     for address in http_server.addrs() {
         tracing::info!("listening on http://{address}");
     }

@@ -56,6 +56,7 @@ pub(crate) fn run(
     stats: Arc<EngineStats>,
 ) {
     let load_error = |reason: String| EngineError::Load { path: config.model_path.display().to_string(), reason };
+    decode_at_normal_priority();
     let backend = match backend() {
         Ok(backend) => backend,
         Err(reason) => {
@@ -97,6 +98,20 @@ pub(crate) fn run(
     executor.run(commands);
 }
 
+/// Puts the calling thread (and the OpenMP workers it will start, which
+/// inherit its policy) in the normal scheduling class. The engine thread is
+/// spawned from a thread the server may have marked as batch work; decoding
+/// must not inherit that.
+fn decode_at_normal_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler` with pid 0 changes only the calling thread
+    // and reads `param`, which lives across the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot set the engine thread's scheduling class");
+    }
+}
+
 /// The context parameters the engine runs with; public so the benchmark's
 /// bare decode loop runs on exactly the same settings.
 pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContextParams {
@@ -108,6 +123,10 @@ pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContext
         // One KV buffer shared by all slots, so one long request can use the
         // whole context while the others are short.
         .with_kv_unified(true)
+        // Sliding-window layers keep every position rather than only the
+        // window, so a sequence can be continued or rewound wherever its
+        // cache ends (no effect on models without such layers).
+        .with_swa_full(true)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
 }
@@ -212,6 +231,8 @@ struct Executor<'m> {
     /// sliding-window or recurrent models).
     partial_removal_ok: bool,
     bos_text: String,
+    /// The model's end-of-generation tokens, banned for `ignore_eos`.
+    eog_tokens: Vec<LlamaToken>,
     stats: Arc<EngineStats>,
     clock: u64,
 }
@@ -242,6 +263,7 @@ impl<'m> Executor<'m> {
             n_ctx,
             partial_removal_ok: !(swa || model.is_recurrent() || model.is_hybrid()),
             bos_text,
+            eog_tokens: model.vocab().tokens().filter(|&t| model.vocab().is_eog(t)).collect(),
             stats,
             clock: 0,
         }
@@ -311,7 +333,7 @@ impl<'m> Executor<'m> {
             return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx: self.n_ctx });
         }
         let grammar = request.grammar.as_ref().map(crate::grammar::compile).transpose()?;
-        let sampler = Sampler::new(self.model, &request.sampling, grammar.as_ref())?;
+        let sampler = Sampler::new(self.model, &request.sampling, grammar.as_ref(), &self.eog_tokens)?;
         let (events, events_rx) = mpsc::unbounded_channel();
         let n_prompt = tokens.len();
         let text = request.prompt.clone();
@@ -599,6 +621,7 @@ impl<'m> Executor<'m> {
         let slot = &mut self.slots[index];
         let Some(active) = slot.active.as_mut() else { return };
         active.timings.predicted_n += 1;
+        // Under `ignore_eos` the sampler never picks one, so this is a real end.
         if vocab.is_eog(token) {
             self.finish(index, FinishReason::Stop);
             return;

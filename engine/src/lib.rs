@@ -36,4 +36,4 @@ pub use error::EngineError;
 pub use executor::context_params;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
 pub use sampling::SamplingParams;
-pub use tool_calls::{ParsedCall, ParsedOutput, ToolFamily};
+pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

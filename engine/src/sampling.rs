@@ -5,6 +5,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 
 use crate::error::EngineError;
@@ -31,6 +32,10 @@ pub struct SamplingParams {
     pub repeat_penalty: f32,
     /// `None` draws a random seed.
     pub seed: Option<u32>,
+    /// Keep generating past end-of-generation tokens (until `max_tokens` or
+    /// the context is full), as llama-server's `ignore_eos`. Ignored under a
+    /// grammar, which needs its end token to finish.
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -44,6 +49,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             repeat_penalty: 1.0,
             seed: None,
+            ignore_eos: false,
         }
     }
 }
@@ -68,10 +74,12 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// `eog_tokens` are the model's end-of-generation tokens, for `ignore_eos`.
     pub fn new(
         model: &LlamaModel,
         params: &SamplingParams,
         grammar: Option<&CompiledGrammar>,
+        eog_tokens: &[LlamaToken],
     ) -> Result<Self, EngineError> {
         let grammar =
             match grammar {
@@ -88,7 +96,8 @@ impl Sampler {
                     })?)
                 }
             };
-        Ok(Sampler { chain: build_chain(model, params), grammar })
+        let banned = if params.ignore_eos && grammar.is_none() { eog_tokens } else { &[] };
+        Ok(Sampler { chain: build_chain(model, params, banned), grammar })
     }
 
     /// Picks the next token from the logits at `index` of the last batch and
@@ -126,9 +135,13 @@ impl Sampler {
     }
 }
 
-/// Builds the chain: penalties, then truncation and the final pick.
-fn build_chain(model: &LlamaModel, params: &SamplingParams) -> LlamaSampler {
+/// Builds the chain: banned tokens, penalties, then truncation and the final pick.
+fn build_chain(model: &LlamaModel, params: &SamplingParams, banned: &[LlamaToken]) -> LlamaSampler {
     let mut chain = Vec::new();
+    if !banned.is_empty() {
+        let biases: Vec<LlamaLogitBias> = banned.iter().map(|&t| LlamaLogitBias::new(t, f32::NEG_INFINITY)).collect();
+        chain.push(LlamaSampler::logit_bias(model.n_vocab(), &biases));
+    }
     if params.repeat_penalty != 1.0 || params.frequency_penalty != 0.0 || params.presence_penalty != 0.0 {
         chain.push(LlamaSampler::penalties(
             model.n_vocab(),

@@ -50,7 +50,108 @@ const PYTHON_TAG: &str = "<|python_tag|>";
 const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 
+/// Reads tool calls in one syntax. Implementations are total: any text in,
+/// content plus calls plus diagnostics out, never a panic.
+pub trait ToolCallParser: Sync {
+    /// Where a call starts or may start in a partial reply: the bytes before
+    /// it are certainly content.
+    fn call_start(&self, text: &str) -> usize;
+
+    /// Reads the calls in a complete reply. `declared` are the tool names the
+    /// request offered.
+    fn parse(&self, text: &str, declared: &[&str]) -> ParsedOutput;
+
+    /// How many leading bytes of a partial reply can be streamed as content
+    /// now. Trailing whitespace is held too: `parse` drops it when a call
+    /// follows, and the streamed text must equal the parsed content.
+    fn content_prefix_len(&self, text: &str) -> usize {
+        let safe = self.call_start(text);
+        text[..safe].trim_end().len()
+    }
+}
+
+/// `<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>`
+pub struct HermesParser;
+
+/// `{"name": "get_weather", "parameters": {"city": "Paris"}}`, optionally after
+/// `<|python_tag|>`, several separated by `;`.
+pub struct Llama3Parser;
+
+/// `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]` or
+/// `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}`.
+pub struct MistralParser;
+
+/// The Hermes tags, else a bare JSON reply naming a declared tool:
+/// `{"name": "get_weather", "arguments": {"city": "Paris"}}`, `{"tool_call": {...}}`
+/// or `{"tool_calls": [...]}`.
+pub struct GenericParser;
+
+impl ToolCallParser for HermesParser {
+    fn call_start(&self, text: &str) -> usize {
+        marker_safe_len(text, HERMES_OPEN)
+    }
+    fn parse(&self, text: &str, _declared: &[&str]) -> ParsedOutput {
+        parse_hermes(text)
+    }
+}
+
+impl ToolCallParser for Llama3Parser {
+    fn call_start(&self, text: &str) -> usize {
+        // A bare JSON call is the whole reply, so a reply that starts like
+        // one is held back until it ends.
+        if starts_like_bare_call(text) {
+            0
+        } else {
+            text.len()
+        }
+    }
+    fn parse(&self, text: &str, declared: &[&str]) -> ParsedOutput {
+        parse_bare_json(text, declared, true)
+    }
+}
+
+impl ToolCallParser for MistralParser {
+    fn call_start(&self, text: &str) -> usize {
+        marker_safe_len(text, MISTRAL_CALLS)
+    }
+    fn parse(&self, text: &str, _declared: &[&str]) -> ParsedOutput {
+        parse_mistral(text)
+    }
+}
+
+impl ToolCallParser for GenericParser {
+    fn call_start(&self, text: &str) -> usize {
+        if starts_like_bare_call(text) {
+            0
+        } else {
+            marker_safe_len(text, HERMES_OPEN)
+        }
+    }
+    fn parse(&self, text: &str, declared: &[&str]) -> ParsedOutput {
+        let tagged = parse_hermes(text);
+        if !tagged.calls.is_empty() || !tagged.diagnostics.is_empty() {
+            return tagged;
+        }
+        parse_bare_json(text, declared, false)
+    }
+}
+
+fn starts_like_bare_call(text: &str) -> bool {
+    let trimmed = text.trim_start();
+    trimmed.is_empty() || trimmed.starts_with('{') || trimmed.starts_with(PYTHON_TAG) || PYTHON_TAG.starts_with(trimmed)
+}
+
 impl ToolFamily {
+    /// The parser for this family's syntax.
+    pub fn parser(self) -> &'static dyn ToolCallParser {
+        match self {
+            ToolFamily::Hermes => &HermesParser,
+            ToolFamily::Llama3 => &Llama3Parser,
+            ToolFamily::Mistral => &MistralParser,
+            ToolFamily::Generic => &GenericParser,
+        }
+    }
+
     /// The key that holds the arguments in this family's call object.
     pub fn arguments_key(self) -> &'static str {
         match self {
@@ -65,57 +166,6 @@ impl ToolFamily {
             ToolFamily::Hermes | ToolFamily::Generic => Some(HERMES_OPEN),
             ToolFamily::Mistral => Some(MISTRAL_CALLS),
             ToolFamily::Llama3 => None,
-        }
-    }
-
-    /// How many leading bytes of a partial reply are certainly content, so a
-    /// stream can send them before the reply is complete. Trailing whitespace
-    /// is held too: [`ToolFamily::parse`] drops it when a call follows, and the
-    /// streamed text must equal the parsed content.
-    pub fn content_prefix_len(self, text: &str) -> usize {
-        let safe = self.content_prefix_len_raw(text);
-        text[..safe].trim_end().len()
-    }
-
-    fn content_prefix_len_raw(self, text: &str) -> usize {
-        match self {
-            ToolFamily::Hermes | ToolFamily::Mistral => {
-                let marker = self.call_marker().unwrap_or_default();
-                marker_safe_len(text, marker)
-            }
-            ToolFamily::Llama3 | ToolFamily::Generic => {
-                // A bare JSON call is the whole reply, so a reply that starts
-                // like one is held back until it ends.
-                let trimmed = text.trim_start();
-                if trimmed.is_empty()
-                    || trimmed.starts_with('{')
-                    || trimmed.starts_with(PYTHON_TAG)
-                    || PYTHON_TAG.starts_with(trimmed)
-                {
-                    return 0;
-                }
-                match self {
-                    ToolFamily::Generic => marker_safe_len(text, HERMES_OPEN),
-                    _ => text.len(),
-                }
-            }
-        }
-    }
-
-    /// Reads the calls in a complete reply. `declared` are the tool names the
-    /// request offered; bare JSON replies only count as calls when they name one.
-    pub fn parse(self, text: &str, declared: &[&str]) -> ParsedOutput {
-        match self {
-            ToolFamily::Hermes => parse_hermes(text),
-            ToolFamily::Llama3 => parse_bare_json(text, declared, true),
-            ToolFamily::Mistral => parse_mistral(text),
-            ToolFamily::Generic => {
-                let tagged = parse_hermes(text);
-                if !tagged.calls.is_empty() || !tagged.diagnostics.is_empty() {
-                    return tagged;
-                }
-                parse_bare_json(text, declared, false)
-            }
         }
     }
 }
@@ -312,7 +362,7 @@ mod tests {
     type Case<'a> = (&'a str, (&'a str, Vec<ParsedCall>, usize));
 
     fn check(family: ToolFamily, text: &str, expected: (&str, Vec<ParsedCall>, usize)) {
-        let out = family.parse(text, &["get_weather", "lookup"]);
+        let out = family.parser().parse(text, &["get_weather", "lookup"]);
         let (content, calls, n_diagnostics) = expected;
         assert_eq!(
             (out.content.as_str(), out.calls, out.diagnostics.len()),
@@ -427,7 +477,7 @@ mod tests {
             (ToolFamily::Generic, "{", 0),
         ];
         for (family, text, expected) in cases {
-            assert_eq!(family.content_prefix_len(text), expected, "{family:?} {text:?}");
+            assert_eq!(family.parser().content_prefix_len(text), expected, "{family:?} {text:?}");
         }
     }
 }

@@ -106,3 +106,25 @@ async fn stop_strings_and_max_tokens() {
     assert_eq!(reason, FinishReason::Stop);
     assert!(!out.contains('3'), "stop string leaked: {out}");
 }
+
+#[tokio::test]
+async fn ignore_eos_generates_to_max_tokens() {
+    let engine = start(1);
+    // Greedy, this model answers "1000." and stops.
+    let text = prompt(
+        &engine,
+        &[
+            ChatMessage::new(Role::System, "You are a helpful assistant."),
+            ChatMessage::new(Role::User, "Count from one to one thousand, in words."),
+        ],
+    );
+    let request =
+        GenerateRequest { prompt: text.clone(), sampling: greedy(), max_tokens: Some(48), ..Default::default() };
+    let (_, reason, timings) = generate(&engine, request).await;
+    assert_eq!(reason, FinishReason::Stop);
+    assert!(timings.predicted_n < 48, "the model did not stop early: {timings:?}");
+    let sampling = SamplingParams { ignore_eos: true, ..greedy() };
+    let request = GenerateRequest { prompt: text, sampling, max_tokens: Some(48), ..Default::default() };
+    let (_, reason, timings) = generate(&engine, request).await;
+    assert_eq!((reason, timings.predicted_n), (FinishReason::Length, 48));
+}

@@ -6,10 +6,12 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
+use futures_util::{FutureExt, StreamExt};
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::{json, Value};
 use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, ModelStatus, Usage};
 use skillhost_engine::{Timings, ToolCall};
+use std::panic::AssertUnwindSafe;
 
 use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
@@ -46,7 +48,13 @@ pub async fn chat_completions(
 ) -> Result<HttpResponse, OpenAiError> {
     let started = Instant::now();
     state.metrics.requests.with_label_values(&["openai"]).inc();
-    let result = serve(&state, &request, payload, started).await;
+    // A bug that panics while serving one request becomes a 500 for that
+    // request instead of taking down the worker thread and its connections.
+    let result =
+        AssertUnwindSafe(serve(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
+            tracing::error!("a chat request panicked");
+            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
+        });
     if let Err(err) = &result {
         state.metrics.errors.with_label_values(&[err.kind()]).inc();
     }
@@ -182,7 +190,7 @@ fn sse_stream(
     let mut pending = std::collections::VecDeque::new();
     pending.push_back(frame(&meta.chunk(json!({"role": "assistant", "content": ""}), None)));
     let state = SseState { app, chat, peer, meta, include_usage, pending, first_output: true, done: false };
-    stream::unfold(state, |mut state| async move {
+    let frames = stream::unfold(state, |mut state| async move {
         loop {
             if let Some(bytes) = state.pending.pop_front() {
                 return Some((Ok(bytes), state));
@@ -199,6 +207,15 @@ fn sse_stream(
                     state.fail(&err);
                 }
             }
+        }
+    });
+    // As in the handler: a panic ends this stream with an error event, not the worker.
+    AssertUnwindSafe(frames).catch_unwind().map(|frame| match frame {
+        Ok(frame) => frame,
+        Err(_) => {
+            tracing::error!("a streamed chat request panicked");
+            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
+            Ok(self::frame(&err.body(ErrorStyle::OpenAi)))
         }
     })
 }

@@ -30,6 +30,9 @@ pub struct ChatCompletionRequest {
     pub frequency_penalty: Option<f32>,
     pub repeat_penalty: Option<f32>,
     pub seed: Option<i64>,
+    /// llama-server's extension: generate until `max_tokens` regardless of end tokens.
+    #[serde(default)]
+    pub ignore_eos: bool,
     pub max_tokens: Option<u32>,
     pub max_completion_tokens: Option<u32>,
     pub stop: Option<Stop>,
@@ -304,6 +307,7 @@ impl ChatCompletionRequest {
             repeat_penalty: repeat_penalty.unwrap_or(defaults.repeat_penalty),
             // Seeds are 32-bit in llama.cpp; larger values are folded in.
             seed: self.seed.map(|s| (s as u64 & 0xffff_ffff) as u32),
+            ignore_eos: self.ignore_eos,
         };
         let max_tokens = self.max_completion_tokens.or(self.max_tokens);
         if max_tokens == Some(0) {

@@ -29,7 +29,7 @@ class RunningServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "RUST_LOG": "info"},
+            env={**os.environ, "RUST_LOG": "info,llama-cpp-2=warn"},
         )
         self._listening = threading.Event()
         self.url = None

@@ -46,13 +46,14 @@ def test_eight_concurrent_streams_all_finish(client):
     assert all(r is not None and r[1] in ("stop", "length") for r in results), results
 
 
-def wait_for(condition, what):
+def wait_for(condition, what, server=None):
     # A readiness poll, not a timing assertion: it only bounds a hang.
     for _ in range(600):
         if condition():
             return
         time.sleep(0.1)
-    raise AssertionError(f"never happened: {what}")
+    log = "".join(server.log) if server else ""
+    raise AssertionError(f"never happened: {what}\n{log}")
 
 
 def test_a_disconnected_stream_frees_its_slot(start_server):
@@ -60,6 +61,10 @@ def test_a_disconnected_stream_frees_its_slot(start_server):
     long_request = {
         "messages": [SYSTEM, {"role": "user", "content": "Count from one to one thousand, in words."}],
         "max_tokens": 3000,
+        "temperature": 0,
+        # Without it a small model may end the count early, and there would
+        # be nothing left to cancel.
+        "ignore_eos": True,
         "stream": True,
     }
     connection, response = post(server.url, long_request)
@@ -67,7 +72,7 @@ def test_a_disconnected_stream_frees_its_slot(start_server):
     response.fp.readline()  # the first frame arrived: the request holds the only slot
     connection.sock.close()
     connection.close()
-    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request")
+    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request", server)
     assert server.metric("skillhost_active_slots") == 0
 
     # The only slot serves the next request.
@@ -83,14 +88,16 @@ def test_a_disconnected_non_streaming_request_is_cancelled(start_server):
     long_request = {
         "messages": [SYSTEM, {"role": "user", "content": "Count from one to one thousand, in words."}],
         "max_tokens": 3000,
+        "temperature": 0,
+        "ignore_eos": True,
     }
     parsed = urllib.parse.urlparse(server.url)
     connection = http.client.HTTPConnection(parsed.hostname, parsed.port)
     connection.request("POST", "/v1/chat/completions", json.dumps(long_request), {"Content-Type": "application/json"})
-    wait_for(lambda: server.metric("skillhost_active_slots") == 1, "the request started")
+    wait_for(lambda: server.metric("skillhost_active_slots") == 1, "the request started", server)
     connection.sock.close()
     connection.close()
-    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request")
+    wait_for(lambda: server.metric("skillhost_cancelled_requests") == 1, "the engine cancelled the request", server)
 
 
 def test_the_no_template_model_is_served_with_a_logged_fallback(start_server):

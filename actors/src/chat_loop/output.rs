@@ -36,7 +36,7 @@ impl RoundOutput {
         self.raw.push_str(delta);
         let safe = match self.family {
             None => self.raw.len(),
-            Some(family) => family.content_prefix_len(&self.raw),
+            Some(family) => family.parser().content_prefix_len(&self.raw),
         };
         if safe <= self.streamed {
             return String::new();
@@ -60,7 +60,7 @@ impl RoundOutput {
             return RoundEnd { content_delta, calls: Vec::new(), diagnostics: Vec::new() };
         };
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
-        let parsed = family.parse(&self.raw, &declared);
+        let parsed = family.parser().parse(&self.raw, &declared);
         let streamed = &self.raw[..self.streamed];
         let mut diagnostics = parsed.diagnostics;
         let content_delta = match parsed.content.strip_prefix(streamed) {
