@@ -132,9 +132,10 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(threads: i32) -> Self {
-        let binary = Path::new("target/release/skillhost");
+        // The server binary sits next to this one, wherever cargo put both.
+        let binary = std::env::current_exe().expect("own path").with_file_name("skillhost");
         assert!(binary.exists(), "build the server first: cargo build --release");
-        let mut child = Command::new(binary)
+        let mut child = Command::new(&binary)
             .args(["serve", "--model", MODEL, "--port", "0", "--parallel", &N_PARALLEL.to_string()])
             .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
             .env("RUST_LOG", "warn,skillhost=info")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BINARY = ROOT / "target" / "release" / "skillhost"
+# CI may keep cargo's output outside the clone.
+BINARY = ROOT / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "skillhost"
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA_MODEL = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
 # Start-up includes loading the model; on a loaded 2-core CI machine that can be slow.
