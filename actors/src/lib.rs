@@ -14,6 +14,7 @@ pub mod chat_loop;
 pub mod model;
 pub mod request;
 pub mod server;
+pub mod skills;
 pub mod supervisor;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};

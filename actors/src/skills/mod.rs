@@ -1,0 +1,12 @@
+//! Agent Skills: reading SKILL.md files, confining every path inside a skill,
+//! scanning roots into a registry, installing uploaded archives, and the
+//! `SkillRegistryActor` that owns the current snapshot.
+
+pub mod manifest;
+pub mod path_guard;
+pub mod registry;
+pub mod skill;
+
+pub use manifest::Manifest;
+pub use registry::{Changes, LoadError, Root, Snapshot};
+pub use skill::{FileKind, Origin, Skill, SkillFile};
