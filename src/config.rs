@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
+use skillhost_actors::skills::roots::registry_roots;
+use skillhost_actors::skills::SkillsConfig;
 use skillhost_engine::EngineConfig;
 
 pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
@@ -32,6 +34,38 @@ pub struct Cli {
 pub enum Command {
     /// Serve the OpenAI-compatible API for a model.
     Serve(ServeArgs),
+    /// Print the skills registry (what is registered, where from, warnings
+    /// and errors) and exit, without loading a model.
+    ListSkills(ListSkillsArgs),
+}
+
+/// Skills flags, shared by `serve` and `list-skills`.
+#[derive(Debug, Default, Args)]
+pub struct SkillArgs {
+    /// Directory of skills to scan; repeatable; replaces the default roots
+    /// [default: every .agents/skills from here up to the Git repository root]
+    #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':')]
+    pub skills_dir: Vec<PathBuf>,
+    /// Where uploaded skills are installed; always scanned first
+    /// [default: a skills directory next to the binary, created if missing]
+    #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR")]
+    pub skills_install_dir: Option<PathBuf>,
+    /// Turn skills off entirely
+    #[arg(long = "no-skills", env = "SKILLHOST_NO_SKILLS")]
+    pub no_skills: bool,
+    /// Rescan the skills roots when their files change (500 ms debounce)
+    #[arg(long = "skills-watch", env = "SKILLHOST_SKILLS_WATCH")]
+    pub skills_watch: bool,
+}
+
+/// Flags of `skillhost list-skills`.
+#[derive(Debug, Default, Args)]
+pub struct ListSkillsArgs {
+    #[command(flatten)]
+    pub skills: SkillArgs,
+    /// YAML config file whose keys are the flag names; repeatable, later files win
+    #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',')]
+    pub config: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -69,6 +103,11 @@ pub struct ServeArgs {
     /// Log format [default: text]
     #[arg(long, value_enum, env = "SKILLHOST_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    #[command(flatten)]
+    pub skills: SkillArgs,
+    /// Print the skills registry and exit, without loading a model
+    #[arg(long = "list-skills")]
+    pub list_skills: bool,
 }
 
 /// One config file, as written.
@@ -82,6 +121,10 @@ struct RawConfig {
     ctx_size: Option<u32>,
     threads: Option<u32>,
     log_format: Option<LogFormat>,
+    skills_dir: Option<Vec<PathBuf>>,
+    skills_install_dir: Option<PathBuf>,
+    no_skills: Option<bool>,
+    skills_watch: Option<bool>,
 }
 
 /// The validated configuration of `skillhost serve`.
@@ -91,6 +134,8 @@ pub struct ServeConfig {
     pub port: u16,
     pub log_format: LogFormat,
     pub engine: EngineConfig,
+    /// `None` with `--no-skills`.
+    pub skills: Option<SkillsConfig>,
 }
 
 /// A configuration that cannot be used; the message names the flag or key.
@@ -98,26 +143,85 @@ pub struct ServeConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// Reads config files in order; later files override earlier ones key by
+/// key, and a later `skills-dir` replaces an earlier one whole. Relative
+/// paths in a file are relative to that file.
+fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
+    let mut file = RawConfig::default();
+    for path in paths {
+        let raw = read_config(path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        file = RawConfig {
+            host: raw.host.or(file.host),
+            port: raw.port.or(file.port),
+            model: raw.model.map(|m| base.join(m)).or(file.model),
+            parallel: raw.parallel.or(file.parallel),
+            ctx_size: raw.ctx_size.or(file.ctx_size),
+            threads: raw.threads.or(file.threads),
+            log_format: raw.log_format.or(file.log_format),
+            skills_dir: raw.skills_dir.map(|dirs| dirs.into_iter().map(|d| base.join(d)).collect()).or(file.skills_dir),
+            skills_install_dir: raw.skills_install_dir.map(|d| base.join(d)).or(file.skills_install_dir),
+            no_skills: raw.no_skills.or(file.no_skills),
+            skills_watch: raw.skills_watch.or(file.skills_watch),
+        };
+    }
+    Ok(file)
+}
+
+impl SkillArgs {
+    /// The registry setup, or `None` when skills are off. Every explicit root
+    /// must exist; the install directory is created if missing.
+    fn resolve(&self, file: &RawConfig) -> Result<Option<SkillsConfig>, ConfigError> {
+        if self.no_skills || file.no_skills.unwrap_or(false) {
+            return Ok(None);
+        }
+        // Command-line roots replace the config files' roots.
+        let explicit = if self.skills_dir.is_empty() { file.skills_dir.clone().unwrap_or_default() } else { self.skills_dir.clone() };
+        for root in &explicit {
+            if !root.is_dir() {
+                return Err(ConfigError(format!("--skills-dir: the directory {} does not exist", root.display())));
+            }
+        }
+        let install_dir = match self.skills_install_dir.clone().or_else(|| file.skills_install_dir.clone()) {
+            Some(dir) => dir,
+            None => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join("skills")))
+                .ok_or_else(|| ConfigError("cannot tell where the skillhost binary is; pass --skills-install-dir".into()))?,
+        };
+        std::fs::create_dir_all(&install_dir).map_err(|err| {
+            ConfigError(format!("--skills-install-dir: cannot create {}: {err}", install_dir.display()))
+        })?;
+        let cwd = std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
+        let roots = registry_roots(Some(&install_dir), &explicit, &cwd);
+        Ok(Some(SkillsConfig {
+            roots,
+            install_dir: Some(install_dir),
+            watch: self.skills_watch || file.skills_watch.unwrap_or(false),
+        }))
+    }
+}
+
+impl ListSkillsArgs {
+    /// The registry setup `list-skills` prints.
+    pub fn resolve(self) -> Result<Option<SkillsConfig>, ConfigError> {
+        let file = merge_files(&self.config)?;
+        self.skills.resolve(&file)
+    }
+}
+
 impl ServeArgs {
+    /// With `--list-skills`, only the skills part matters.
+    pub fn resolve_list_skills(&self) -> Result<Option<SkillsConfig>, ConfigError> {
+        let file = merge_files(&self.config)?;
+        self.skills.resolve(&file)
+    }
+
     /// Merges config files under the flags and validates the result. Nothing
     /// is loaded yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
-        let mut file = RawConfig::default();
-        for path in &self.config {
-            let raw = read_config(path)?;
-            let base = path.parent().unwrap_or(Path::new("."));
-            // Later files override earlier ones, key by key.
-            file = RawConfig {
-                host: raw.host.or(file.host),
-                port: raw.port.or(file.port),
-                // Relative paths in a config file are relative to that file.
-                model: raw.model.map(|m| base.join(m)).or(file.model),
-                parallel: raw.parallel.or(file.parallel),
-                ctx_size: raw.ctx_size.or(file.ctx_size),
-                threads: raw.threads.or(file.threads),
-                log_format: raw.log_format.or(file.log_format),
-            };
-        }
+        let file = merge_files(&self.config)?;
+        let skills = self.skills.resolve(&file)?;
         let model = self.model.or(file.model).ok_or_else(|| {
             ConfigError("no model given: pass --model PATH (or set 'model' in a --config file)".into())
         })?;
@@ -146,6 +250,7 @@ impl ServeArgs {
             port: self.port.or(file.port).unwrap_or(DEFAULT_PORT),
             log_format: self.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
             engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
+            skills,
         })
     }
 }
@@ -189,7 +294,8 @@ mod tests {
         write(dir.path(), "m.gguf", "");
         let a = write(dir.path(), "a.yaml", "model: m.gguf\nport: 6000\nparallel: 2\n");
         let b = write(dir.path(), "b.yaml", "port: 7000\nctx-size: 1024\n");
-        let args = ServeArgs { config: vec![a, b], parallel: Some(3), ..ServeArgs::default() };
+        let no_skills = SkillArgs { no_skills: true, ..SkillArgs::default() };
+        let args = ServeArgs { config: vec![a, b], parallel: Some(3), skills: no_skills, ..ServeArgs::default() };
         let config = match args.resolve() {
             Ok(c) => c,
             Err(err) => panic!("{err}"),
@@ -206,8 +312,47 @@ mod tests {
                     n_parallel: 3,
                     n_threads: None,
                 },
+                skills: None,
             }
         );
+    }
+
+    #[test]
+    fn skills_roots_precedence() {
+        use skillhost_actors::skills::{Origin, Root};
+        let dir = dir();
+        for sub in ["one", "two", "three", "cli"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let a = write(dir.path(), "a.yaml", "skills-dir: [one, two]
+");
+        let b = write(dir.path(), "b.yaml", "skills-dir: [three]
+skills-watch: true
+");
+        let install = dir.path().join("uploads");
+        let discovered = |names: &[&str]| -> Vec<Root> {
+            let mut roots = vec![Root { path: install.clone(), origin: Origin::Installed }];
+            roots.extend(names.iter().map(|n| Root { path: dir.path().join(n), origin: Origin::Discovered }));
+            roots
+        };
+        let args = |cli: Vec<PathBuf>, files: Vec<PathBuf>| ListSkillsArgs {
+            skills: SkillArgs { skills_dir: cli, skills_install_dir: Some(install.clone()), ..SkillArgs::default() },
+            config: files,
+        };
+        // The last file's roots replace earlier files'; the install dir comes first and is created.
+        let config = args(vec![], vec![a.clone(), b.clone()]).resolve().unwrap().unwrap();
+        assert_eq!((config.roots, config.watch), (discovered(&["three"]), true));
+        assert!(install.is_dir());
+        // Command-line roots replace every file's.
+        let config = args(vec![dir.path().join("cli")], vec![a.clone()]).resolve().unwrap().unwrap();
+        assert_eq!(config.roots, discovered(&["cli"]));
+        // A root that does not exist names the flag.
+        let err = args(vec![dir.path().join("missing")], vec![]).resolve().unwrap_err();
+        assert_eq!(err.0, format!("--skills-dir: the directory {} does not exist", dir.path().join("missing").display()));
+        // Off is off, from a file too.
+        let off = write(dir.path(), "off.yaml", "no-skills: true
+");
+        assert_eq!(args(vec![], vec![off]).resolve().unwrap(), None);
     }
 
     #[test]
@@ -216,27 +361,28 @@ mod tests {
         let model = write(dir.path(), "m.gguf", "");
         let unknown = write(dir.path(), "u.yaml", "modle: x\n");
         let missing = dir.path().join("nope.gguf");
+        let off = || SkillArgs { no_skills: true, ..SkillArgs::default() };
         let cases: Vec<(ServeArgs, &str)> = vec![
-            (ServeArgs::default(), "no model given"),
-            (ServeArgs { model: Some(missing.clone()), ..Default::default() }, "--model: the model file"),
+            (ServeArgs { skills: off(), ..Default::default() }, "no model given"),
+            (ServeArgs { model: Some(missing.clone()), skills: off(), ..Default::default() }, "--model: the model file"),
             (
-                ServeArgs { model: Some(model.clone()), parallel: Some(0), ..Default::default() },
+                ServeArgs { model: Some(model.clone()), parallel: Some(0), skills: off(), ..Default::default() },
                 "--parallel must be between 1 and 64, got 0",
             ),
             (
-                ServeArgs { model: Some(model.clone()), parallel: Some(MAX_PARALLEL + 1), ..Default::default() },
+                ServeArgs { model: Some(model.clone()), parallel: Some(MAX_PARALLEL + 1), skills: off(), ..Default::default() },
                 "--parallel must be between 1 and 64, got 65",
             ),
             (
-                ServeArgs { model: Some(model.clone()), ctx_size: Some(MIN_CTX_SIZE - 1), ..Default::default() },
+                ServeArgs { model: Some(model.clone()), ctx_size: Some(MIN_CTX_SIZE - 1), skills: off(), ..Default::default() },
                 "--ctx-size must be at least 256 tokens, got 255",
             ),
             (
-                ServeArgs { model: Some(model.clone()), threads: Some(0), ..Default::default() },
+                ServeArgs { model: Some(model.clone()), threads: Some(0), skills: off(), ..Default::default() },
                 "--threads must be at least 1",
             ),
             (
-                ServeArgs { model: Some(model.clone()), config: vec![unknown], ..Default::default() },
+                ServeArgs { model: Some(model.clone()), config: vec![unknown], skills: off(), ..Default::default() },
                 "unknown field `modle`",
             ),
         ];
@@ -252,6 +398,7 @@ mod tests {
             model: Some(model),
             parallel: Some(MAX_PARALLEL),
             ctx_size: Some(MIN_CTX_SIZE),
+            skills: off(),
             ..Default::default()
         };
         assert!(ok.resolve().is_ok());

@@ -4,6 +4,7 @@
 //! - `main` (here): parses the command line and dispatches subcommands before
 //!   any runtime or thread exists, then starts the actors and the HTTP server.
 //! - [`config`]: flags, environment and config files into a `ServeConfig`.
+//! - [`list_skills`]: `skillhost list-skills`, the registry for operators.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
 //! - [`sched`]: keeps the server's own threads from preempting decoding.
 //!
@@ -11,6 +12,7 @@
 
 mod config;
 mod http;
+mod list_skills;
 mod sched;
 
 use std::process::ExitCode;
@@ -18,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::{web, App, HttpServer};
 use clap::Parser;
-use skillhost_actors::{ModelStatus, Server};
+use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
 use config::{Cli, Command, LogFormat, ServeConfig};
@@ -27,10 +29,30 @@ use config::{Cli, Command, LogFormat, ServeConfig};
 /// (a hundred lines of tensor and buffer details) only shows when asked for.
 const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
 
-#[allow(clippy::print_stderr)]
+#[allow(clippy::print_stderr, clippy::print_stdout)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::ListSkills(args) => match args.resolve() {
+            Ok(skills) => {
+                print!("{}", list_skills::render(skills.as_ref()));
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve(args) if args.list_skills => match args.resolve_list_skills() {
+            Ok(skills) => {
+                print!("{}", list_skills::render(skills.as_ref()));
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve(args) => {
             let config = match args.resolve() {
                 Ok(config) => config,
@@ -73,7 +95,14 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {
-    let server = Server::start(config.engine.clone()).await?;
+    let server = Server::start(ServerConfig { engine: config.engine.clone(), skills: config.skills.clone() }).await?;
+    if let Some(skills) = server.skills() {
+        let snapshot = skills.snapshot();
+        tracing::info!(skills = snapshot.skills.len(), errors = snapshot.errors.len(), "skills registry loaded");
+        for error in &snapshot.errors {
+            tracing::warn!(path = %error.path.display(), "a skill did not load: {}", error.message);
+        }
+    }
     let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;
     let state = web::Data::new(http::AppState {
         server: server.clone(),

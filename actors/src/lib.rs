@@ -8,6 +8,8 @@
 //! - [`chat_loop`]: `LoopActor`, one chat request; `output` splits generated
 //!   text into streamed content and tool calls.
 //! - [`request`]: the validated request and the events a request reports.
+//! - [`skills`]: Agent Skills: manifests, the path guard, the registry and its
+//!   actor, ZIP installs.
 //! - [`server`]: the handle the HTTP layer holds.
 
 pub mod chat_loop;
@@ -18,5 +20,5 @@ pub mod skills;
 pub mod supervisor;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
-pub use server::{ChatStream, Server};
+pub use server::{ChatStream, Server, ServerConfig, SkillsHandle};
 pub use supervisor::ModelStatus;

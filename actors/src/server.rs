@@ -4,9 +4,19 @@ use ractor::{Actor, ActorRef};
 use skillhost_engine::EngineConfig;
 use tokio::sync::{mpsc, watch};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::chat_loop::LoopMsg;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
+use crate::skills::actor::SkillsMsg;
+use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
+
+/// How long a rescan may take before the caller gives up waiting.
+const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an install may take: a 256 MB archive on a slow disk.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long starting a request may wait for the supervisor. Loading a model
 /// happens in the supervisor's mailbox, so this covers a reload in progress.
@@ -17,6 +27,72 @@ const START_TIMEOUT_MS: u64 = 120_000;
 pub struct Server {
     supervisor: ActorRef<SupervisorMsg>,
     status: watch::Receiver<ModelStatus>,
+    skills: Option<SkillsHandle>,
+}
+
+/// What the server is started with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub engine: EngineConfig,
+    /// `None` turns skills off (`--no-skills`).
+    pub skills: Option<SkillsConfig>,
+}
+
+/// Reading and changing the skills registry.
+#[derive(Clone)]
+pub struct SkillsHandle {
+    supervisor: ActorRef<SupervisorMsg>,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Whether uploads have somewhere to go.
+    pub installable: bool,
+}
+
+impl SkillsHandle {
+    /// The registry as it is now; never waits for a scan.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+
+    async fn actor(&self) -> Result<ActorRef<SkillsMsg>, SkillsError> {
+        match ractor::call_t!(self.supervisor, SupervisorMsg::SkillsActor, 5_000) {
+            Ok(Some(actor)) => Ok(actor),
+            Ok(None) | Err(_) => Err(SkillsError::Unavailable("the skills registry is not running".into())),
+        }
+    }
+
+    /// Scans the roots again and reports what changed.
+    pub async fn rescan(&self) -> Result<Changes, SkillsError> {
+        let actor = self.actor().await?;
+        actor
+            .call(|reply| SkillsMsg::Rescan(Some(reply)), Some(RESCAN_TIMEOUT))
+            .await
+            .ok()
+            .and_then(|result| result.success_or(()).ok())
+            .ok_or_else(|| SkillsError::Unavailable("the rescan did not finish".into()))
+    }
+
+    /// Installs an uploaded archive; returns the skill's id.
+    pub async fn install(&self, archive: Vec<u8>, overwrite: bool) -> Result<String, SkillsError> {
+        let actor = self.actor().await?;
+        actor
+            .call(|reply| SkillsMsg::Install { archive, overwrite, reply }, Some(INSTALL_TIMEOUT))
+            .await
+            .ok()
+            .and_then(|result| result.success_or(()).ok())
+            .unwrap_or_else(|| Err(SkillsError::Unavailable("the install did not finish".into())))
+    }
+
+    /// Removes an installed skill.
+    pub async fn delete(&self, id: &str) -> Result<(), SkillsError> {
+        let actor = self.actor().await?;
+        let id = id.to_string();
+        actor
+            .call(|reply| SkillsMsg::Delete { id, reply }, Some(RESCAN_TIMEOUT))
+            .await
+            .ok()
+            .and_then(|result| result.success_or(()).ok())
+            .unwrap_or_else(|| Err(SkillsError::Unavailable("the delete did not finish".into())))
+    }
 }
 
 /// A running chat request. Dropping it stops the request's actor, which
@@ -33,13 +109,28 @@ impl Drop for ChatStream {
 }
 
 impl Server {
-    /// Starts the supervisor, which begins loading the model in the background.
-    pub async fn start(engine: EngineConfig) -> Result<Server, String> {
+    /// Starts the supervisor: the skills registry is scanned before this
+    /// returns; the model loads in the background.
+    pub async fn start(config: ServerConfig) -> Result<Server, String> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
-        let (supervisor, _) = Actor::spawn(None, Supervisor, SupervisorArgs { engine, status: status_tx })
-            .await
-            .map_err(|err| format!("cannot start the supervisor: {err}"))?;
-        Ok(Server { supervisor, status })
+        let installable = config.skills.as_ref().is_some_and(|s| s.install_dir.is_some());
+        let (skills_args, snapshot) = match config.skills {
+            Some(skills) => {
+                let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+                (Some((skills, Arc::new(tx))), Some(rx))
+            }
+            None => (None, None),
+        };
+        let args = SupervisorArgs { engine: config.engine, status: status_tx, skills: skills_args };
+        let (supervisor, _) =
+            Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
+        let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });
+        Ok(Server { supervisor, status, skills })
+    }
+
+    /// The skills registry, when skills are on.
+    pub fn skills(&self) -> Option<&SkillsHandle> {
+        self.skills.as_ref()
     }
 
     /// The current model status.

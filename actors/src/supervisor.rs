@@ -11,6 +11,8 @@ use tokio::sync::{mpsc, watch};
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg};
 use crate::model::{ModelActor, ModelMsg};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
+use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
+use crate::skills::{Snapshot, SkillsConfig};
 
 /// How long the supervisor waits for the model actor to answer.
 const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;
@@ -33,6 +35,9 @@ pub struct Supervisor;
 pub struct SupervisorArgs {
     pub engine: EngineConfig,
     pub status: watch::Sender<ModelStatus>,
+    /// The skills registry's setup and the channel its snapshots go out on;
+    /// `None` with `--no-skills`.
+    pub skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
 }
 
 pub enum SupervisorMsg {
@@ -45,6 +50,9 @@ pub enum SupervisorMsg {
         events: mpsc::UnboundedSender<ChatEvent>,
         reply: RpcReplyPort<Result<ActorRef<LoopMsg>, ChatError>>,
     },
+    /// Sent by the HTTP layer before it changes the skills registry: the
+    /// registry actor, when skills are on.
+    SkillsActor(RpcReplyPort<Option<ActorRef<SkillsMsg>>>),
     /// Sent by tests to make the engine thread panic.
     #[cfg(feature = "fault-injection")]
     InjectEnginePanic,
@@ -58,6 +66,10 @@ pub struct SupervisorState {
     model: Option<ActorRef<ModelMsg>>,
     /// When recent restarts happened, to cap restart loops.
     restarts: Vec<Instant>,
+    /// The skills registry's setup, kept to restart it.
+    skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
+    /// The running registry actor.
+    skills_actor: Option<ActorRef<SkillsMsg>>,
 }
 
 impl Actor for Supervisor {
@@ -65,13 +77,24 @@ impl Actor for Supervisor {
     type State = SupervisorState;
     type Arguments = SupervisorArgs;
 
+    /// Starts the skills registry (its first scan finishes before the
+    /// server answers), then asks itself to load the model.
     async fn pre_start(
         &self,
         myself: ActorRef<SupervisorMsg>,
         args: SupervisorArgs,
     ) -> Result<SupervisorState, ActorProcessingErr> {
+        let mut state = SupervisorState {
+            engine: args.engine,
+            status: args.status,
+            model: None,
+            restarts: Vec::new(),
+            skills: args.skills,
+            skills_actor: None,
+        };
+        start_skills(myself.get_cell(), &mut state).await?;
         myself.cast(SupervisorMsg::LoadModel)?;
-        Ok(SupervisorState { engine: args.engine, status: args.status, model: None, restarts: Vec::new() })
+        Ok(state)
     }
 
     async fn handle(
@@ -85,6 +108,9 @@ impl Actor for Supervisor {
             SupervisorMsg::StartChat { request, events, reply } => {
                 let result = start_chat(myself.get_cell(), state, *request, events).await;
                 let _ = reply.send(result);
+            }
+            SupervisorMsg::SkillsActor(reply) => {
+                let _ = reply.send(state.skills_actor.clone());
             }
             #[cfg(feature = "fault-injection")]
             SupervisorMsg::InjectEnginePanic => {
@@ -105,7 +131,15 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         let is_model = |cell: &ActorCell| state.model.as_ref().is_some_and(|m| m.get_id() == cell.get_id());
+        let is_skills = |cell: &ActorCell| state.skills_actor.as_ref().is_some_and(|m| m.get_id() == cell.get_id());
         match event {
+            SupervisionEvent::ActorFailed(cell, err) if is_skills(&cell) => {
+                tracing::error!(error = %err, "the skills registry failed; restarting it");
+                state.skills_actor = None;
+                if let Err(err) = start_skills(myself.get_cell(), state).await {
+                    tracing::error!(error = %err, "the skills registry could not be restarted");
+                }
+            }
             SupervisionEvent::ActorFailed(cell, err) if is_model(&cell) => {
                 tracing::error!(error = %err, "the model engine died; restarting it");
                 engine_lost(&myself, state);
@@ -125,6 +159,16 @@ impl Actor for Supervisor {
         }
         Ok(())
     }
+}
+
+/// Spawns the skills registry when skills are on.
+async fn start_skills(supervisor: ActorCell, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    let Some((config, snapshot)) = state.skills.clone() else {
+        return Ok(());
+    };
+    let (actor, _) = Actor::spawn_linked(None, SkillRegistryActor, SkillsArgs { config, snapshot }, supervisor).await?;
+    state.skills_actor = Some(actor);
+    Ok(())
 }
 
 fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skillhost_actors::{ChatError, ChatEvent, ChatRequest, ModelStatus, Server};
+use skillhost_actors::{ChatError, ChatEvent, ChatRequest, ModelStatus, Server, ServerConfig};
 use skillhost_engine::{ChatMessage, EngineConfig, Role, SamplingParams};
 
 fn config() -> EngineConfig {
@@ -35,7 +35,7 @@ async fn ready(server: &Server) -> Arc<skillhost_engine::ModelInfo> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
-    let server = match Server::start(config()).await {
+    let server = match Server::start(ServerConfig { engine: config(), skills: None }).await {
         Ok(s) => s,
         Err(err) => panic!("{err}"),
     };

@@ -3,6 +3,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::json;
+use skillhost_actors::skills::install::InstallError;
+use skillhost_actors::skills::SkillsError;
 use skillhost_actors::ChatError;
 
 /// Every error an HTTP handler can return.
@@ -17,6 +19,12 @@ pub enum ApiError {
     /// The model named in the request is not the loaded one (404).
     #[error("{0}")]
     ModelNotFound(String),
+    /// The object exists but this change is not allowed (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The change conflicts with what exists (409).
+    #[error("{0}")]
+    Conflict(String),
     /// The route exists but not with this method (405).
     #[error("{0}")]
     MethodNotAllowed(String),
@@ -52,6 +60,8 @@ impl ApiError {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -65,6 +75,8 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
@@ -81,6 +93,8 @@ impl ApiError {
                     ApiError::NotFound(_) => ("invalid_request_error", Some("not_found")),
                     ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
                     ApiError::MethodNotAllowed(_) => ("invalid_request_error", Some("method_not_allowed")),
+                    ApiError::Forbidden(_) => ("invalid_request_error", Some("forbidden")),
+                    ApiError::Conflict(_) => ("invalid_request_error", Some("conflict")),
                     ApiError::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large")),
                     ApiError::Unavailable(_) => ("unavailable_error", Some("model_not_ready")),
                     ApiError::Internal(_) => ("server_error", None),
@@ -90,6 +104,8 @@ impl ApiError {
                     ApiError::NotFound(_)
                     | ApiError::ModelNotFound(_)
                     | ApiError::MethodNotAllowed(_)
+                    | ApiError::Forbidden(_)
+                    | ApiError::Conflict(_)
                     | ApiError::PayloadTooLarge(_)
                     | ApiError::Unavailable(_)
                     | ApiError::Internal(_) => None,
@@ -105,6 +121,19 @@ impl ApiError {
             builder.insert_header(("Retry-After", "1"));
         }
         builder.json(self.body(style))
+    }
+}
+
+impl From<SkillsError> for ApiError {
+    fn from(err: SkillsError) -> Self {
+        match err {
+            SkillsError::NotFound(message) => ApiError::NotFound(message),
+            SkillsError::Forbidden(message) => ApiError::Forbidden(message),
+            SkillsError::Install(InstallError::Rejected(message)) => ApiError::bad_request(message),
+            SkillsError::Install(InstallError::Conflict(message)) => ApiError::Conflict(message),
+            SkillsError::Install(InstallError::Io(message)) => ApiError::Internal(message),
+            SkillsError::Unavailable(message) => ApiError::Unavailable(message),
+        }
     }
 }
 
@@ -135,5 +164,25 @@ impl ResponseError for OpenAiError {
     }
     fn error_response(&self) -> HttpResponse {
         self.0.response(ErrorStyle::OpenAi)
+    }
+}
+
+/// An error on a route outside `/v1`: `{"error": "…"}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlainError(pub ApiError);
+
+impl From<ApiError> for PlainError {
+    fn from(err: ApiError) -> Self {
+        PlainError(err)
+    }
+}
+
+impl ResponseError for PlainError {
+    fn status_code(&self) -> StatusCode {
+        self.0.status()
+    }
+    fn error_response(&self) -> HttpResponse {
+        self.0.response(ErrorStyle::Plain)
     }
 }

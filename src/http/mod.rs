@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod openai;
 pub mod ops;
 pub mod peer;
+pub mod skills;
 
 use actix_web::web;
 use skillhost_actors::Server;
@@ -31,6 +32,38 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .service(
             web::resource(["/v1/models", "/models"])
                 .route(web::get().to(ops::models))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills")
+                .route(web::get().to(skills::v1_list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills/{id}")
+                .route(web::get().to(skills::v1_get))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/skills")
+                .route(web::get().to(skills::api_list))
+                .route(web::post().to(skills::api_install))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/skills/rescan")
+                .route(web::post().to(skills::api_rescan))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/skills/{id}")
+                .route(web::get().to(skills::api_get))
+                .route(web::delete().to(skills::api_delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/skills/{id}/files/{path:.*}")
+                .route(web::get().to(skills::api_file))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

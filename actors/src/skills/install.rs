@@ -1,0 +1,276 @@
+//! Installing a skill from an uploaded ZIP archive.
+//!
+//! An entry name is attacker-controlled text, so no extraction helper is
+//! trusted with it: every name goes through the path guard, the same check
+//! that confines the model's reads, so extraction and reading agree on one
+//! definition of "inside the skill". Sizes are counted on the decompressed
+//! stream, never taken from the archive's headers, which a crafted upload
+//! simply lies about. The skill is extracted into a temporary folder,
+//! validated, and only then renamed into place, so a failed install leaves
+//! nothing behind and never touches an installed skill.
+
+use std::collections::HashSet;
+use std::io::{Cursor, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::path_guard;
+use super::registry::{skip_set, Snapshot};
+use super::skill::{load_skill, Origin};
+
+/// Largest decompressed size of one entry.
+pub const MAX_ENTRY_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest decompressed size of a whole archive.
+pub const MAX_ARCHIVE_BYTES: u64 = 256 * 1024 * 1024;
+/// Most entries in one archive.
+pub const MAX_ENTRIES: usize = 4096;
+/// Highest decompressed-to-compressed ratio of an entry before it counts as
+/// a decompression bomb.
+pub const MAX_COMPRESSION_RATIO: u64 = 200;
+/// Entries smaller than this are exempt from the ratio check: a few
+/// kilobytes of repetitive text legitimately compress better than 200×, and
+/// a bomb needs size to do harm.
+pub const RATIO_CHECK_MIN_BYTES: u64 = 1024 * 1024;
+
+/// The guards, as one value so tests can exercise them at smaller sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZipLimits {
+    pub max_entry_bytes: u64,
+    pub max_archive_bytes: u64,
+    pub max_entries: usize,
+    pub max_ratio: u64,
+}
+
+impl Default for ZipLimits {
+    fn default() -> Self {
+        ZipLimits {
+            max_entry_bytes: MAX_ENTRY_BYTES,
+            max_archive_bytes: MAX_ARCHIVE_BYTES,
+            max_entries: MAX_ENTRIES,
+            max_ratio: MAX_COMPRESSION_RATIO,
+        }
+    }
+}
+
+/// Why an install failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    /// The archive is malformed, hostile, or holds no single valid skill (HTTP 400).
+    #[error("{0}")]
+    Rejected(String),
+    /// A skill of that name exists and may not be replaced (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The install directory could not be written (HTTP 500).
+    #[error("{0}")]
+    Io(String),
+}
+
+fn rejected(message: impl Into<String>) -> InstallError {
+    InstallError::Rejected(message.into())
+}
+
+/// One file to extract: where it goes inside the skill, and its entry index.
+struct Planned {
+    index: usize,
+    relative: String,
+    mode: Option<u32>,
+}
+
+/// Names an archive tool adds that are never part of a skill.
+fn is_junk(name: &str) -> bool {
+    name.split('/').any(|segment| segment == "__MACOSX" || segment == ".DS_Store" || segment.starts_with("._"))
+}
+
+/// Installs the skill in `archive` into `install_dir` and returns its name.
+/// `current` is the registry as it is now, for conflicts.
+pub fn install_archive(
+    archive: &[u8],
+    install_dir: &Path,
+    overwrite: bool,
+    current: &Snapshot,
+    limits: ZipLimits,
+) -> Result<String, InstallError> {
+    let mut zip = zip::ZipArchive::new(Cursor::new(archive))
+        .map_err(|err| rejected(format!("the upload is not a readable ZIP archive: {err}")))?;
+    if zip.len() > limits.max_entries {
+        return Err(rejected(format!(
+            "the archive has {} entries; at most {} are accepted",
+            zip.len(),
+            limits.max_entries
+        )));
+    }
+    let mut names = HashSet::new();
+    let mut files: Vec<(usize, String, Option<u32>)> = Vec::new();
+    for index in 0..zip.len() {
+        let entry = zip.by_index_raw(index).map_err(|err| rejected(format!("entry {index} cannot be read: {err}")))?;
+        let raw = entry.name_raw().to_vec();
+        let name = String::from_utf8(raw).map_err(|_| rejected(format!("entry {index}'s name is not UTF-8 text")))?;
+        if is_junk(&name) {
+            continue;
+        }
+        if entry.encrypted() {
+            return Err(rejected(format!("'{name}' is encrypted; encrypted archives are not accepted")));
+        }
+        let mode = entry.unix_mode();
+        let file_type = mode.map(|m| m & 0o170000).unwrap_or(0);
+        if entry.is_symlink() || file_type == 0o120000 {
+            return Err(rejected(format!("'{name}' is a symbolic link; links are not accepted in a skill archive")));
+        }
+        let is_dir = entry.is_dir();
+        if !matches!(file_type, 0 | 0o100000 | 0o040000) {
+            return Err(rejected(format!("'{name}' is not a regular file or folder")));
+        }
+        let trimmed = name.trim_end_matches('/');
+        let segments = path_guard::check_lexical(trimmed).map_err(|err| rejected(err.to_string()))?;
+        let normalized = segments.join("/");
+        if !names.insert(normalized.clone()) {
+            return Err(rejected(format!("the archive holds '{normalized}' twice")));
+        }
+        if !is_dir {
+            files.push((index, normalized, mode));
+        }
+    }
+    let planned = plan_layout(files)?;
+
+    let staging = tempfile::Builder::new()
+        .prefix(".upload-")
+        .tempdir_in(install_dir)
+        .map_err(|err| InstallError::Io(format!("cannot create a staging folder in {}: {err}", install_dir.display())))?;
+    let skill_root = staging.path().join("skill");
+    std::fs::create_dir(&skill_root).map_err(|err| InstallError::Io(format!("cannot stage the upload: {err}")))?;
+    extract(&mut zip, &planned, &skill_root, limits)?;
+
+    let skill = load_skill(&skill_root, Origin::Installed, &skip_set())
+        .map_err(|err| rejected(format!("the archive's skill does not load: {err}")))?;
+    let name = skill.id().to_string();
+    let target = install_dir.join(&name);
+    let existing = match current.get(&name) {
+        Some(existing) if existing.origin == Origin::Discovered => {
+            return Err(InstallError::Conflict(format!(
+                "a skill named '{name}' is already provided by {}; an upload cannot replace it",
+                existing.root.display()
+            )))
+        }
+        Some(existing) => Some(existing.root.clone()),
+        // A folder of that name that did not load is still in the way.
+        None => target.exists().then(|| target.clone()),
+    };
+    if existing.is_some() && !overwrite {
+        return Err(InstallError::Conflict(format!(
+            "a skill named '{name}' is already installed; send overwrite=true to replace it"
+        )));
+    }
+    // Swap in: the old copy moves aside first and is removed only once the
+    // new one is in place.
+    let aside = staging.path().join("replaced");
+    if let Some(old) = &existing {
+        std::fs::rename(old, &aside).map_err(|err| InstallError::Io(format!("cannot move the old '{name}' aside: {err}")))?;
+    }
+    if let Err(err) = std::fs::rename(&skill_root, &target) {
+        if let Some(old) = &existing {
+            let _ = std::fs::rename(&aside, old);
+        }
+        return Err(InstallError::Io(format!("cannot move '{name}' into place: {err}")));
+    }
+    // `staging` (with the replaced copy) is removed when it drops.
+    Ok(name)
+}
+
+/// Decides the archive's shape: a bare `SKILL.md` at the root, or one folder
+/// holding `SKILL.md`. Returns each file's path inside the skill.
+fn plan_layout(files: Vec<(usize, String, Option<u32>)>) -> Result<Vec<Planned>, InstallError> {
+    if files.is_empty() {
+        return Err(rejected("the archive is empty"));
+    }
+    if files.iter().any(|(_, name, _)| name == "SKILL.md") {
+        return Ok(files.into_iter().map(|(index, relative, mode)| Planned { index, relative, mode }).collect());
+    }
+    let skill_dirs: Vec<&str> = files
+        .iter()
+        .filter_map(|(_, name, _)| name.strip_suffix("/SKILL.md"))
+        .filter(|dir| !dir.contains('/'))
+        .collect();
+    let dir = match skill_dirs.as_slice() {
+        [] => return Err(rejected("the archive holds no SKILL.md, at its root or in one folder")),
+        [one] => one.to_string(),
+        several => {
+            return Err(rejected(format!(
+                "the archive holds {} skills ({}); upload one skill per archive",
+                several.len(),
+                several.join(", ")
+            )))
+        }
+    };
+    let prefix = format!("{dir}/");
+    let mut planned = Vec::with_capacity(files.len());
+    for (index, name, mode) in files {
+        match name.strip_prefix(&prefix) {
+            Some(relative) => planned.push(Planned { index, relative: relative.to_string(), mode }),
+            None => {
+                return Err(rejected(format!("'{name}' lies outside the skill folder '{dir}/'; the archive must hold one skill")))
+            }
+        }
+    }
+    Ok(planned)
+}
+
+/// Writes every planned file under `root`, counting decompressed bytes.
+fn extract(
+    zip: &mut zip::ZipArchive<Cursor<&[u8]>>,
+    planned: &[Planned],
+    root: &Path,
+    limits: ZipLimits,
+) -> Result<(), InstallError> {
+    let mut total: u64 = 0;
+    let mut buffer = vec![0u8; 64 * 1024];
+    for file in planned {
+        let target: PathBuf = path_guard::path_for_create(root, &file.relative).map_err(|err| rejected(err.to_string()))?;
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+        }
+        let mut entry = zip.by_index(file.index).map_err(|err| rejected(format!("'{}' cannot be read: {err}", file.relative)))?;
+        let compressed = entry.compressed_size().max(1);
+        let mut output = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+            .map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+        let mut written: u64 = 0;
+        // Never more than one byte past the limit is decompressed.
+        let mut limited = (&mut entry).take(limits.max_entry_bytes + 1);
+        loop {
+            let n = limited.read(&mut buffer).map_err(|err| rejected(format!("'{}' cannot be decompressed: {err}", file.relative)))?;
+            if n == 0 {
+                break;
+            }
+            written += n as u64;
+            total += n as u64;
+            if written > limits.max_entry_bytes {
+                return Err(rejected(format!(
+                    "'{}' decompresses to more than {} bytes, the limit for one file",
+                    file.relative, limits.max_entry_bytes
+                )));
+            }
+            if total > limits.max_archive_bytes {
+                return Err(rejected(format!(
+                    "the archive decompresses to more than {} bytes, the limit for one skill",
+                    limits.max_archive_bytes
+                )));
+            }
+            if written >= RATIO_CHECK_MIN_BYTES && written > compressed.saturating_mul(limits.max_ratio) {
+                return Err(rejected(format!(
+                    "'{}' expands more than {}× when decompressed; it looks like a decompression bomb",
+                    file.relative, limits.max_ratio
+                )));
+            }
+            output.write_all(&buffer[..n]).map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+        }
+        // Keep the owner's execute bit; drop setuid, setgid, sticky and
+        // group/other write.
+        let mode = file.mode.map_or(0o644, |m| (m & 0o755) | 0o600);
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))
+            .map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Skills management routes: listings, one skill, its files, rescan, upload
+//! and delete. `/v1/skills` answers in OpenAI's shapes, `/api/skills` in the
+//! Web UI's.
+
+use std::io::Read;
+
+use actix_multipart::Multipart;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
+use skillhost_actors::skills::{path_guard, Changes, FileKind, Origin, Skill, Snapshot};
+use skillhost_actors::SkillsHandle;
+
+use crate::http::error::{ApiError, OpenAiError, PlainError};
+use crate::http::AppState;
+
+/// Largest upload accepted: an archive is never bigger than what it holds,
+/// plus room for ZIP headers and the multipart envelope.
+pub const MAX_UPLOAD_BYTES: usize = MAX_ARCHIVE_BYTES as usize + 1024 * 1024;
+
+fn origin_name(origin: Origin) -> &'static str {
+    match origin {
+        Origin::Discovered => "discovered",
+        Origin::Installed => "installed",
+    }
+}
+
+fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Script => "script",
+        FileKind::Reference => "reference",
+        FileKind::Asset => "asset",
+        FileKind::Other => "other",
+    }
+}
+
+/// A skill as clients see it.
+pub fn skill_json(skill: &Skill, with_instructions: bool) -> Value {
+    let manifest = &skill.manifest;
+    let mut object = json!({
+        "id": skill.id(),
+        "object": "skill",
+        "name": manifest.name,
+        "description": manifest.description,
+        "license": manifest.license,
+        "compatibility": manifest.compatibility,
+        "metadata": manifest.metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "allowed_tools": manifest.allowed_tools,
+        "extra": manifest.extra.iter().cloned().collect::<serde_json::Map<_, _>>(),
+        "files": skill.files.iter().map(|f| json!({"path": f.path, "bytes": f.bytes, "kind": kind_name(f.kind), "text": f.text})).collect::<Vec<_>>(),
+        "bytes": skill.bytes,
+        "origin": origin_name(skill.origin),
+        "warnings": skill.warnings,
+        "modified": DateTime::<Utc>::from(skill.modified).to_rfc3339_opts(SecondsFormat::Secs, true),
+    });
+    if with_instructions {
+        object["instructions"] = json!(manifest.body);
+    }
+    object
+}
+
+fn errors_json(snapshot: &Snapshot) -> Value {
+    Value::Array(snapshot.errors.iter().map(|e| json!({"path": e.path.display().to_string(), "message": e.message})).collect())
+}
+
+fn changes_json(changes: &Changes) -> Value {
+    json!({"added": changes.added, "removed": changes.removed, "changed": changes.changed})
+}
+
+/// The registry, or a 403 when skills are off.
+fn registry(state: &AppState) -> Result<&SkillsHandle, ApiError> {
+    state.server.skills().ok_or_else(|| ApiError::Forbidden("skills are turned off on this server (--no-skills)".into()))
+}
+
+fn lookup(snapshot: &Snapshot, id: &str) -> Result<std::sync::Arc<Skill>, ApiError> {
+    snapshot.get(id).cloned().ok_or_else(|| {
+        let ids = snapshot.ids();
+        let available = if ids.is_empty() { "none are installed".to_string() } else { format!("available: {}", ids.join(", ")) };
+        ApiError::NotFound(format!("no skill named '{id}' is registered; {available}"))
+    })
+}
+
+/// `GET /v1/skills`
+pub async fn v1_list(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiError> {
+    let data: Vec<Value> = match state.server.skills() {
+        Some(skills) => skills.snapshot().skills.values().map(|s| skill_json(s, false)).collect(),
+        None => Vec::new(),
+    };
+    Ok(HttpResponse::Ok().json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /v1/skills/{id}`
+pub async fn v1_get(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, OpenAiError> {
+    let skill = lookup(&registry(&state)?.snapshot(), &id)?;
+    Ok(HttpResponse::Ok().json(skill_json(&skill, true)))
+}
+
+/// `GET /api/skills`
+pub async fn api_list(state: web::Data<AppState>) -> HttpResponse {
+    match state.server.skills() {
+        Some(skills) => {
+            let snapshot = skills.snapshot();
+            HttpResponse::Ok().json(json!({
+                "enabled": true,
+                "installable": skills.installable,
+                "skills": snapshot.skills.values().map(|s| skill_json(s, false)).collect::<Vec<_>>(),
+                "errors": errors_json(&snapshot),
+            }))
+        }
+        None => HttpResponse::Ok().json(json!({"enabled": false, "installable": false, "skills": [], "errors": []})),
+    }
+}
+
+/// `GET /api/skills/{id}`
+pub async fn api_get(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    let skill = lookup(&registry(&state)?.snapshot(), &id)?;
+    Ok(HttpResponse::Ok().json(skill_json(&skill, true)))
+}
+
+/// `GET /api/skills/{id}/files/{path}`: one file, through the path guard.
+pub async fn api_file(state: web::Data<AppState>, params: web::Path<(String, String)>) -> Result<HttpResponse, PlainError> {
+    let (id, path) = params.into_inner();
+    let skill = lookup(&registry(&state)?.snapshot(), &id)?;
+    let root = skill.root.clone();
+    let requested = path.clone();
+    let read = web::block(move || -> Result<(Vec<u8>, String), path_guard::PathError> {
+        let opened = path_guard::open_file(&root, &requested)?;
+        let mut bytes = Vec::with_capacity(opened.len as usize);
+        let relative = opened.relative.clone();
+        opened
+            .file
+            .take(opened.len)
+            .read_to_end(&mut bytes)
+            .map_err(|err| path_guard::PathError::Io { path: requested.clone(), error: err.to_string() })?;
+        Ok((bytes, relative))
+    })
+    .await
+    .map_err(|err| ApiError::Internal(format!("the file could not be read: {err}")))?;
+    let (bytes, relative) = read.map_err(|err| match err {
+        path_guard::PathError::NotFound { .. } => ApiError::NotFound(format!("{err} '{id}'")),
+        path_guard::PathError::Io { .. } => ApiError::Internal(err.to_string()),
+        other => ApiError::Forbidden(other.to_string()),
+    })?;
+    let text = relative == "SKILL.md" || skill.files.iter().any(|f| f.path == relative && f.text);
+    let mut response = HttpResponse::Ok();
+    // Skill files are untrusted: never let a browser guess a type and run it.
+    response.insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
+    if text {
+        response.content_type("text/plain; charset=utf-8");
+    } else {
+        let file_name = relative.rsplit('/').next().unwrap_or("file").replace('"', "");
+        response
+            .content_type("application/octet-stream")
+            .insert_header((header::CONTENT_DISPOSITION, format!("attachment; filename=\"{file_name}\"")));
+    }
+    Ok(response.body(bytes))
+}
+
+/// `POST /api/skills/rescan`
+pub async fn api_rescan(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
+    let skills = registry(&state)?;
+    let changes = skills.rescan().await.map_err(ApiError::from)?;
+    let snapshot = skills.snapshot();
+    Ok(HttpResponse::Ok().json(json!({
+        "skills": snapshot.skills.values().map(|s| skill_json(s, false)).collect::<Vec<_>>(),
+        "errors": errors_json(&snapshot),
+        "changes": changes_json(&changes),
+    })))
+}
+
+/// `POST /api/skills`: multipart with the archive in `file` and an optional
+/// `overwrite` field (or `?overwrite=true`).
+pub async fn api_install(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, PlainError> {
+    let skills = registry(&state)?;
+    if !skills.installable {
+        return Err(ApiError::Forbidden("this server has no skills install folder, so uploads are off".into()).into());
+    }
+    let query = web::Query::<std::collections::HashMap<String, String>>::from_query(request.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let mut overwrite = query.get("overwrite").is_some_and(|v| is_true(v));
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
+        return Err(too_large().into());
+    }
+    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !content_type.starts_with("multipart/form-data") {
+        return Err(ApiError::bad_request("send the archive as multipart/form-data with the ZIP in a field named 'file'").into());
+    }
+    let mut multipart = Multipart::new(request.headers(), payload);
+    let mut archive: Option<Vec<u8>> = None;
+    let mut received = 0usize;
+    while let Some(field) = multipart.next().await {
+        let mut field = field.map_err(|err| ApiError::bad_request(format!("the upload is not valid multipart data: {err}")))?;
+        let name = field.name().unwrap_or_default().to_string();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = field.next().await {
+            let chunk = chunk.map_err(|err| ApiError::bad_request(format!("the upload could not be read: {err}")))?;
+            received += chunk.len();
+            if received > MAX_UPLOAD_BYTES {
+                return Err(too_large().into());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        match name.as_str() {
+            "file" => archive = Some(bytes),
+            "overwrite" => overwrite = is_true(&String::from_utf8_lossy(&bytes)),
+            _ => {}
+        }
+    }
+    let archive = archive.ok_or_else(|| ApiError::bad_request("the upload has no field named 'file' holding the ZIP archive"))?;
+    let id = skills.install(archive, overwrite).await.map_err(ApiError::from)?;
+    let snapshot = skills.snapshot();
+    let skill = lookup(&snapshot, &id)?;
+    Ok(HttpResponse::Created().json(skill_json(&skill, false)))
+}
+
+fn too_large() -> ApiError {
+    ApiError::PayloadTooLarge(format!("the upload is larger than the limit of {MAX_UPLOAD_BYTES} bytes"))
+}
+
+fn is_true(value: &str) -> bool {
+    matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
+}
+
+/// `DELETE /api/skills/{id}`
+pub async fn api_delete(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    let skills = registry(&state)?;
+    skills.delete(&id).await.map_err(ApiError::from)?;
+    Ok(HttpResponse::Ok().json(json!({"removed": true})))
+}

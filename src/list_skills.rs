@@ -1,0 +1,53 @@
+//! `skillhost list-skills`: the registry as an operator reads it.
+
+use std::fmt::Write;
+
+use skillhost_actors::skills::registry::scan;
+use skillhost_actors::skills::{Origin, SkillsConfig, Snapshot};
+
+fn origin_name(origin: Origin) -> &'static str {
+    match origin {
+        Origin::Discovered => "discovered",
+        Origin::Installed => "installed",
+    }
+}
+
+/// Scans the configured roots and renders what was found.
+pub fn render(config: Option<&SkillsConfig>) -> String {
+    let Some(config) = config else {
+        return "Skills are off (--no-skills).\n".to_string();
+    };
+    let snapshot = scan(&config.roots);
+    render_snapshot(config, &snapshot)
+}
+
+fn render_snapshot(config: &SkillsConfig, snapshot: &Snapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Roots, in precedence order:");
+    for root in &config.roots {
+        let _ = writeln!(out, "  {:<10}  {}", origin_name(root.origin), root.path.display());
+    }
+    let _ = writeln!(out, "\n{} skill(s):", snapshot.skills.len());
+    for skill in snapshot.skills.values() {
+        let _ = writeln!(
+            out,
+            "  {}  ({}, {} files, {} bytes)  {}",
+            skill.id(),
+            origin_name(skill.origin),
+            skill.files.len(),
+            skill.bytes,
+            skill.root.display()
+        );
+        let _ = writeln!(out, "      {}", skill.manifest.description);
+        for warning in &skill.warnings {
+            let _ = writeln!(out, "      warning: {warning}");
+        }
+    }
+    if !snapshot.errors.is_empty() {
+        let _ = writeln!(out, "\n{} folder(s) did not load:", snapshot.errors.len());
+        for error in &snapshot.errors {
+            let _ = writeln!(out, "  {}: {}", error.path.display(), error.message);
+        }
+    }
+    out
+}
