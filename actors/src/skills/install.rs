@@ -82,6 +82,29 @@ fn is_junk(name: &str) -> bool {
     name.split('/').any(|segment| segment == "__MACOSX" || segment == ".DS_Store" || segment.starts_with("._"))
 }
 
+/// The entry count the archive's end-of-central-directory record declares
+/// (its ZIP64 record when the count does not fit 16 bits).
+fn listed_entries(archive: &[u8]) -> Option<u64> {
+    const EOCD: [u8; 4] = [0x50, 0x4b, 0x05, 0x06];
+    const ZIP64_EOCD: [u8; 4] = [0x50, 0x4b, 0x06, 0x06];
+    // The record is 22 bytes plus a comment of at most 65535 bytes.
+    let search_from = archive.len().saturating_sub(22 + 65535);
+    let at = (search_from..archive.len().saturating_sub(21)).rev().find(|&i| archive[i..i + 4] == EOCD)?;
+    let count = u16::from_le_bytes([archive[at + 10], archive[at + 11]]);
+    if count != u16::MAX {
+        return Some(u64::from(count));
+    }
+    let zip64 = (0..at.saturating_sub(3)).rev().find(|&i| archive[i..i + 4] == ZIP64_EOCD)?;
+    let bytes: [u8; 8] = archive.get(zip64 + 32..zip64 + 40)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Whether `written` decompressed bytes from `compressed` bytes exceed the
+/// ratio, for entries large enough to matter.
+pub fn looks_like_bomb(written: u64, compressed: u64, max_ratio: u64) -> bool {
+    written >= RATIO_CHECK_MIN_BYTES && written > compressed.max(1).saturating_mul(max_ratio)
+}
+
 /// Installs the skill in `archive` into `install_dir` and returns its name.
 /// `current` is the registry as it is now, for conflicts.
 pub fn install_archive(
@@ -93,6 +116,16 @@ pub fn install_archive(
 ) -> Result<String, InstallError> {
     let mut zip = zip::ZipArchive::new(Cursor::new(archive))
         .map_err(|err| rejected(format!("the upload is not a readable ZIP archive: {err}")))?;
+    // The ZIP reader keys entries by name, so a repeated name would silently
+    // hide all but one copy; the central directory's own count tells.
+    if let Some(listed) = listed_entries(archive) {
+        if listed != zip.len() as u64 {
+            return Err(rejected(format!(
+                "the archive lists {listed} entries but only {} distinct names: it repeats a name",
+                zip.len()
+            )));
+        }
+    }
     if zip.len() > limits.max_entries {
         return Err(rejected(format!(
             "the archive has {} entries; at most {} are accepted",
@@ -186,11 +219,12 @@ fn plan_layout(files: Vec<(usize, String, Option<u32>)>) -> Result<Vec<Planned>,
     if files.iter().any(|(_, name, _)| name == "SKILL.md") {
         return Ok(files.into_iter().map(|(index, relative, mode)| Planned { index, relative, mode }).collect());
     }
-    let skill_dirs: Vec<&str> = files
+    let mut skill_dirs: Vec<&str> = files
         .iter()
         .filter_map(|(_, name, _)| name.strip_suffix("/SKILL.md"))
         .filter(|dir| !dir.contains('/'))
         .collect();
+    skill_dirs.sort_unstable();
     let dir = match skill_dirs.as_slice() {
         [] => return Err(rejected("the archive holds no SKILL.md, at its root or in one folder")),
         [one] => one.to_string(),
@@ -230,7 +264,7 @@ fn extract(
             std::fs::create_dir_all(parent).map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
         }
         let mut entry = zip.by_index(file.index).map_err(|err| rejected(format!("'{}' cannot be read: {err}", file.relative)))?;
-        let compressed = entry.compressed_size().max(1);
+        let compressed = entry.compressed_size();
         let mut output = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -258,7 +292,7 @@ fn extract(
                     limits.max_archive_bytes
                 )));
             }
-            if written >= RATIO_CHECK_MIN_BYTES && written > compressed.saturating_mul(limits.max_ratio) {
+            if looks_like_bomb(written, compressed, limits.max_ratio) {
                 return Err(rejected(format!(
                     "'{}' expands more than {}× when decompressed; it looks like a decompression bomb",
                     file.relative, limits.max_ratio
@@ -273,4 +307,29 @@ fn extract(
             .map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_limit() {
+        let compressed = 2 * RATIO_CHECK_MIN_BYTES / MAX_COMPRESSION_RATIO;
+        let at_limit = compressed * MAX_COMPRESSION_RATIO;
+        assert!(!looks_like_bomb(at_limit, compressed, MAX_COMPRESSION_RATIO));
+        assert!(looks_like_bomb(at_limit + 1, compressed, MAX_COMPRESSION_RATIO));
+        // Small entries are exempt however well they compress.
+        assert!(!looks_like_bomb(RATIO_CHECK_MIN_BYTES - 1, 1, MAX_COMPRESSION_RATIO));
+    }
+
+    #[test]
+    fn junk_names() {
+        for junk in ["__MACOSX/pdf/._SKILL.md", "pdf/.DS_Store", "._x", "pdf/__MACOSX/a"] {
+            assert!(is_junk(junk), "{junk}");
+        }
+        for real in ["pdf/SKILL.md", "pdf/scripts/run.py", "pdf/.hidden"] {
+            assert!(!is_junk(real), "{real}");
+        }
+    }
 }
