@@ -1,0 +1,164 @@
+"""The skills management routes over real HTTP, against the real binary."""
+
+import io
+import threading
+import zipfile
+
+import httpx
+import pytest
+
+from conftest import DEFAULT_MODEL, ROOT
+
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "published-skills"
+PUBLISHED = [
+    "algorithmic-art",
+    "brand-guidelines",
+    "frontend-design",
+    "internal-comms",
+    "mcp-builder",
+    "skill-creator",
+    "slack-gif-creator",
+    "theme-factory",
+    "webapp-testing",
+]
+SKILL_MD = "---\nname: {name}\ndescription: Does {name} things.\n---\n# {name}\n"
+
+
+def archive(files):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def skills_server(start_server, tmp_path):
+    install = tmp_path / "installed"
+    server = start_server(
+        "--model", str(DEFAULT_MODEL), "--skills-dir", str(FIXTURES), "--skills-install-dir", str(install)
+    )
+    server.install_dir = install
+    return server
+
+
+def upload(server, data, overwrite=None, filename="skill.zip"):
+    form = {} if overwrite is None else {"overwrite": "true" if overwrite else "false"}
+    return httpx.post(server.url + "/api/skills", files={"file": (filename, data, "application/zip")}, data=form)
+
+
+def test_listings_and_one_skill(skills_server):
+    url = skills_server.url
+    listing = httpx.get(url + "/api/skills").json()
+    assert (listing["enabled"], listing["installable"], listing["errors"]) == (True, True, [])
+    assert [s["id"] for s in listing["skills"]] == PUBLISHED
+    assert all(s["origin"] == "discovered" and s["warnings"] == [] for s in listing["skills"])
+
+    v1 = httpx.get(url + "/v1/skills").json()
+    assert v1["object"] == "list" and [s["id"] for s in v1["data"]] == PUBLISHED
+    one = httpx.get(url + "/v1/skills/mcp-builder").json()
+    assert one["object"] == "skill"
+    assert one["instructions"].startswith("\n# MCP Server Development Guide")
+    assert {"path": "reference/evaluation.md", "kind": "reference", "text": True}.items() <= next(
+        f for f in one["files"] if f["path"] == "reference/evaluation.md"
+    ).items()
+    missing = httpx.get(url + "/v1/skills/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"].startswith("no skill named 'nope' is registered; available: algorithmic-art")
+    assert httpx.get(url + "/api/skills/nope").json() == {
+        "error": "no skill named 'nope' is registered; available: " + ", ".join(PUBLISHED)
+    }
+
+
+def test_files_are_served_through_the_guard(skills_server):
+    url = skills_server.url + "/api/skills/mcp-builder/files/"
+    response = httpx.get(url + "reference/evaluation.md")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/plain; charset=utf-8"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.text.startswith("# MCP Server Evaluation Guide")
+    # Encoded so that the client does not resolve the dots itself.
+    for path, status, message in [
+        ("..%2F..%2Fetc%2Fpasswd", 403, "climbs out of the skill folder with '..'"),
+        ("reference%2F..%2F..%2Fskill-creator%2FSKILL.md", 403, "climbs out of the skill folder with '..'"),
+        ("%2Fetc%2Fpasswd", 403, "it is absolute"),
+        ("reference%5C..%5CSKILL.md", 403, "it contains a backslash"),
+        ("nope.md", 404, "'nope.md' does not exist in this skill"),
+        ("reference", 403, "'reference' is a folder, not a regular file"),
+    ]:
+        response = httpx.get(url + path)
+        assert response.status_code == status, (path, response.text)
+        assert message in response.json()["error"], (path, response.text)
+
+
+def test_upload_rescan_and_delete(skills_server):
+    url = skills_server.url
+    good = archive({"pdf/SKILL.md": SKILL_MD.format(name="pdf"), "pdf/scripts/run.py": "print(1)\n"})
+    created = upload(skills_server, good)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert (body["id"], body["origin"], [f["path"] for f in body["files"]]) == ("pdf", "installed", ["scripts/run.py"])
+    assert "pdf" in [s["id"] for s in httpx.get(url + "/api/skills").json()["skills"]]
+
+    again = upload(skills_server, good)
+    assert again.status_code == 409
+    assert again.json()["error"] == "a skill named 'pdf' is already installed; send overwrite=true to replace it"
+    assert upload(skills_server, good, overwrite=True).status_code == 201
+
+    # A bare SKILL.md at the root, in the .skill form other tools produce.
+    bare = upload(skills_server, archive({"SKILL.md": SKILL_MD.format(name="notes")}), filename="notes.skill")
+    assert bare.status_code == 201 and bare.json()["id"] == "notes"
+
+    for data, message in [
+        (archive({"../evil/SKILL.md": SKILL_MD.format(name="evil")}), "climbs out of the skill folder"),
+        (archive({"a/SKILL.md": SKILL_MD.format(name="a"), "b/SKILL.md": SKILL_MD.format(name="b")}), "holds 2 skills"),
+        (b"not a zip", "is not a readable ZIP archive"),
+        (archive({"mcp-builder/SKILL.md": SKILL_MD.format(name="mcp-builder")}), "already provided by"),
+    ]:
+        refused = upload(skills_server, data, overwrite=True)
+        assert refused.status_code in (400, 409), refused.text
+        assert message in refused.json()["error"]
+    no_file = httpx.post(url + "/api/skills", files={"other": ("x", b"x")})
+    assert no_file.status_code == 400 and "no field named 'file'" in no_file.json()["error"]
+    not_multipart = httpx.post(url + "/api/skills", content=good)
+    assert not_multipart.status_code == 400 and "multipart/form-data" in not_multipart.json()["error"]
+
+    # A skill dropped into the install folder by hand appears on rescan.
+    (skills_server.install_dir / "manual").mkdir()
+    (skills_server.install_dir / "manual" / "SKILL.md").write_text(SKILL_MD.format(name="manual"))
+    rescan = httpx.post(url + "/api/skills/rescan").json()
+    assert rescan["changes"] == {"added": ["manual"], "removed": [], "changed": []}
+
+    assert httpx.delete(url + "/api/skills/pdf").json() == {"removed": True}
+    assert "pdf" not in [s["id"] for s in httpx.get(url + "/api/skills").json()["skills"]]
+    assert not (skills_server.install_dir / "pdf").exists()
+    discovered = httpx.delete(url + "/api/skills/mcp-builder")
+    assert discovered.status_code == 403 and "was discovered in" in discovered.json()["error"]
+    assert httpx.delete(url + "/api/skills/pdf").status_code == 404
+
+
+def test_concurrent_rescans_while_lists_are_served(skills_server):
+    url = skills_server.url
+    failures = []
+
+    def rescan():
+        with httpx.Client() as client:
+            for _ in range(15):
+                response = client.post(url + "/api/skills/rescan")
+                if response.status_code != 200:
+                    failures.append(("rescan", response.status_code, response.text))
+
+    def read():
+        with httpx.Client() as client:
+            for _ in range(60):
+                response = client.get(url + "/api/skills")
+                ids = [s["id"] for s in response.json()["skills"]]
+                if response.status_code != 200 or ids != PUBLISHED:
+                    failures.append(("list", response.status_code, ids))
+
+    threads = [threading.Thread(target=rescan)] + [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
