@@ -58,7 +58,7 @@ def test_listings_and_one_skill(skills_server):
     assert v1["object"] == "list" and [s["id"] for s in v1["data"]] == PUBLISHED
     one = httpx.get(url + "/v1/skills/mcp-builder").json()
     assert one["object"] == "skill"
-    assert one["instructions"].startswith("\n# MCP Server Development Guide")
+    assert one["instructions"].startswith("# MCP Server Development Guide")
     assert {"path": "reference/evaluation.md", "kind": "reference", "text": True}.items() <= next(
         f for f in one["files"] if f["path"] == "reference/evaluation.md"
     ).items()
