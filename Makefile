@@ -8,7 +8,7 @@ VENV := .venv
 # Root installs directly; anyone else goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench build deps model test-models lint
+.PHONY: run test bench fuzz build deps model test-models lint
 
 run: deps model build
 	./target/release/skillhost serve --config config/skillhost.yaml
@@ -21,6 +21,12 @@ test: deps test-models $(VENV)/.installed lint
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# Property tests of the path guard and the ZIP installer with many more
+# cases than `make test` runs; FUZZ_CASES bounds the time.
+FUZZ_CASES ?= 20000
+fuzz: deps
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release -p skillhost-actors --test fuzz
 
 bench: deps model
 	$(CARGO) run --release -p skillhost-bench

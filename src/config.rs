@@ -176,7 +176,11 @@ impl SkillArgs {
             return Ok(None);
         }
         // Command-line roots replace the config files' roots.
-        let explicit = if self.skills_dir.is_empty() { file.skills_dir.clone().unwrap_or_default() } else { self.skills_dir.clone() };
+        let explicit = if self.skills_dir.is_empty() {
+            file.skills_dir.clone().unwrap_or_default()
+        } else {
+            self.skills_dir.clone()
+        };
         for root in &explicit {
             if !root.is_dir() {
                 return Err(ConfigError(format!("--skills-dir: the directory {} does not exist", root.display())));
@@ -184,15 +188,17 @@ impl SkillArgs {
         }
         let install_dir = match self.skills_install_dir.clone().or_else(|| file.skills_install_dir.clone()) {
             Some(dir) => dir,
-            None => std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.parent().map(|dir| dir.join("skills")))
-                .ok_or_else(|| ConfigError("cannot tell where the skillhost binary is; pass --skills-install-dir".into()))?,
+            None => {
+                std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join("skills"))).ok_or_else(
+                    || ConfigError("cannot tell where the skillhost binary is; pass --skills-install-dir".into()),
+                )?
+            }
         };
         std::fs::create_dir_all(&install_dir).map_err(|err| {
             ConfigError(format!("--skills-install-dir: cannot create {}: {err}", install_dir.display()))
         })?;
-        let cwd = std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
+        let cwd =
+            std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
         let roots = registry_roots(Some(&install_dir), &explicit, &cwd);
         Ok(Some(SkillsConfig {
             roots,
@@ -324,11 +330,19 @@ mod tests {
         for sub in ["one", "two", "three", "cli"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        let a = write(dir.path(), "a.yaml", "skills-dir: [one, two]
-");
-        let b = write(dir.path(), "b.yaml", "skills-dir: [three]
+        let a = write(
+            dir.path(),
+            "a.yaml",
+            "skills-dir: [one, two]
+",
+        );
+        let b = write(
+            dir.path(),
+            "b.yaml",
+            "skills-dir: [three]
 skills-watch: true
-");
+",
+        );
         let install = dir.path().join("uploads");
         let discovered = |names: &[&str]| -> Vec<Root> {
             let mut roots = vec![Root { path: install.clone(), origin: Origin::Installed }];
@@ -348,10 +362,17 @@ skills-watch: true
         assert_eq!(config.roots, discovered(&["cli"]));
         // A root that does not exist names the flag.
         let err = args(vec![dir.path().join("missing")], vec![]).resolve().unwrap_err();
-        assert_eq!(err.0, format!("--skills-dir: the directory {} does not exist", dir.path().join("missing").display()));
+        assert_eq!(
+            err.0,
+            format!("--skills-dir: the directory {} does not exist", dir.path().join("missing").display())
+        );
         // Off is off, from a file too.
-        let off = write(dir.path(), "off.yaml", "no-skills: true
-");
+        let off = write(
+            dir.path(),
+            "off.yaml",
+            "no-skills: true
+",
+        );
         assert_eq!(args(vec![], vec![off]).resolve().unwrap(), None);
     }
 
@@ -364,17 +385,30 @@ skills-watch: true
         let off = || SkillArgs { no_skills: true, ..SkillArgs::default() };
         let cases: Vec<(ServeArgs, &str)> = vec![
             (ServeArgs { skills: off(), ..Default::default() }, "no model given"),
-            (ServeArgs { model: Some(missing.clone()), skills: off(), ..Default::default() }, "--model: the model file"),
+            (
+                ServeArgs { model: Some(missing.clone()), skills: off(), ..Default::default() },
+                "--model: the model file",
+            ),
             (
                 ServeArgs { model: Some(model.clone()), parallel: Some(0), skills: off(), ..Default::default() },
                 "--parallel must be between 1 and 64, got 0",
             ),
             (
-                ServeArgs { model: Some(model.clone()), parallel: Some(MAX_PARALLEL + 1), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: Some(model.clone()),
+                    parallel: Some(MAX_PARALLEL + 1),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--parallel must be between 1 and 64, got 65",
             ),
             (
-                ServeArgs { model: Some(model.clone()), ctx_size: Some(MIN_CTX_SIZE - 1), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: Some(model.clone()),
+                    ctx_size: Some(MIN_CTX_SIZE - 1),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--ctx-size must be at least 256 tokens, got 255",
             ),
             (

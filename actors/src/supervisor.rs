@@ -12,7 +12,7 @@ use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg};
 use crate::model::{ModelActor, ModelMsg};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
-use crate::skills::{Snapshot, SkillsConfig};
+use crate::skills::{SkillsConfig, Snapshot};
 
 /// How long the supervisor waits for the model actor to answer.
 const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;

@@ -2,6 +2,9 @@
 //! hostile ones that must be refused without writing anything outside a
 //! staging folder or touching installed skills.
 
+// Integration tests are test code: unwrapping is how they fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::path::Path;
 
@@ -129,7 +132,9 @@ fn good_archives_of_both_shapes_install() {
     // Installing again needs overwrite; with it, the new copy replaces the old.
     assert_eq!(
         install(&setup, &folder, false),
-        Err(InstallError::Conflict("a skill named 'pdf' is already installed; send overwrite=true to replace it".into()))
+        Err(InstallError::Conflict(
+            "a skill named 'pdf' is already installed; send overwrite=true to replace it".into()
+        ))
     );
     let updated = zip_of(&[("pdf/SKILL.md", SKILL_MD.replace("# PDF", "# PDF v2").as_bytes())]);
     assert_eq!(install(&setup, &updated, true), Ok("pdf".into()));
@@ -143,10 +148,13 @@ fn good_archives_of_both_shapes_install() {
 #[test]
 fn setuid_bits_are_stripped() {
     let setup = setup();
-    let mut archive = zip_of(&[("tool/SKILL.md", b"---\nname: tool\ndescription: A tool.\n---\n"), ("tool/run.sh", b"#!/bin/sh\n")]);
+    let mut archive =
+        zip_of(&[("tool/SKILL.md", b"---\nname: tool\ndescription: A tool.\n---\n"), ("tool/run.sh", b"#!/bin/sh\n")]);
     set_unix_mode(&mut archive, "tool/run.sh", 0o106_755);
     assert_eq!(install(&setup, &archive, false), Ok("tool".into()));
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(setup.install.join("tool/run.sh")).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(setup.install.join("tool/run.sh")).unwrap().permissions(),
+    );
     assert_eq!(mode & 0o7777, 0o755);
 }
 
@@ -196,8 +204,16 @@ fn hostile_archives_are_refused_and_leave_nothing() {
     too_many_files.push(skill);
 
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("zip-slip", zip_of(&[skill, ("pdf/../../outside/evil.txt", b"x")]), "climbs out of the skill folder with '..'"),
-        ("zip-slip at the top", zip_of(&[("../evil/SKILL.md", SKILL_MD.as_bytes())]), "climbs out of the skill folder with '..'"),
+        (
+            "zip-slip",
+            zip_of(&[skill, ("pdf/../../outside/evil.txt", b"x")]),
+            "climbs out of the skill folder with '..'",
+        ),
+        (
+            "zip-slip at the top",
+            zip_of(&[("../evil/SKILL.md", SKILL_MD.as_bytes())]),
+            "climbs out of the skill folder with '..'",
+        ),
         ("absolute", zip_of(&[skill, ("/tmp/evil.txt", b"x")]), "it is absolute"),
         ("backslashes", zip_of(&[skill, ("pdf\\..\\..\\evil.txt", b"x")]), "it contains a backslash"),
         ("drive", zip_of(&[skill, ("C:/evil.txt", b"x")]), "drive-qualified"),
@@ -205,15 +221,27 @@ fn hostile_archives_are_refused_and_leave_nothing() {
         ("fifo entry", fifo, "is not a regular file or folder"),
         ("encrypted", encrypted, "is encrypted"),
         ("duplicate names", duplicate, "the archive lists 3 entries but only 2 distinct names: it repeats a name"),
-        ("normalized duplicates", zip_of(&[skill, ("pdf/a.txt", b"1"), ("pdf//a.txt", b"2")]), "holds 'pdf/a.txt' twice"),
+        (
+            "normalized duplicates",
+            zip_of(&[skill, ("pdf/a.txt", b"1"), ("pdf//a.txt", b"2")]),
+            "holds 'pdf/a.txt' twice",
+        ),
         ("high-ratio bomb", high_ratio, "looks like a decompression bomb"),
         ("lying headers", lying, "'big.bin' decompresses to more than 67108864 bytes, the limit for one file"),
         ("4097 entries", zip_of(&too_many_files), "the archive has 4097 entries; at most 4096 are accepted"),
-        ("two skills", zip_of(&[skill, ("notes/SKILL.md", b"---\nname: notes\ndescription: x\n---\n")]), "the archive holds 2 skills (notes, pdf)"),
+        (
+            "two skills",
+            zip_of(&[skill, ("notes/SKILL.md", b"---\nname: notes\ndescription: x\n---\n")]),
+            "the archive holds 2 skills (notes, pdf)",
+        ),
         ("empty", zip_of(&[]), "the archive is empty"),
         ("only junk", zip_of(&[("__MACOSX/._SKILL.md", b"x")]), "the archive is empty"),
         ("no skill", zip_of(&[("README.md", b"hi")]), "holds no SKILL.md"),
-        ("outside the folder", zip_of(&[skill, ("README.md", b"hi")]), "'README.md' lies outside the skill folder 'pdf/'"),
+        (
+            "outside the folder",
+            zip_of(&[skill, ("README.md", b"hi")]),
+            "'README.md' lies outside the skill folder 'pdf/'",
+        ),
         ("invalid skill", zip_of(&[("bad/SKILL.md", b"no frontmatter")]), "the archive's skill does not load"),
         ("not a zip", b"this is not an archive".to_vec(), "the upload is not a readable ZIP archive"),
     ];

@@ -1,6 +1,9 @@
 //! The registry over real directories: the published fixtures, the limits at
 //! and one past each, collisions, nesting and links.
 
+// Integration tests are test code: unwrapping is how they fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
@@ -21,7 +24,8 @@ fn discovered(path: &Path) -> Vec<Root> {
 fn write_skill(dir: &Path, name: &str) -> PathBuf {
     let skill = dir.join(name);
     fs::create_dir_all(&skill).unwrap();
-    fs::write(skill.join("SKILL.md"), format!("---\nname: {name}\ndescription: Does {name} things.\n---\nBody\n")).unwrap();
+    fs::write(skill.join("SKILL.md"), format!("---\nname: {name}\ndescription: Does {name} things.\n---\nBody\n"))
+        .unwrap();
     skill
 }
 
@@ -63,7 +67,8 @@ fn every_published_skill_loads_without_warnings() {
         ]
     );
     assert!(mcp.files.iter().all(|f| f.text));
-    let total: u64 = mcp.files.iter().map(|f| f.bytes).sum::<u64>() + fs::metadata(mcp.root.join("SKILL.md")).unwrap().len();
+    let total: u64 =
+        mcp.files.iter().map(|f| f.bytes).sum::<u64>() + fs::metadata(mcp.root.join("SKILL.md")).unwrap().len();
     assert_eq!(mcp.bytes, total);
 }
 
@@ -147,14 +152,17 @@ fn layouts_depth_collisions_links_and_broken_skills() {
     // Broken skills are reported, not loaded.
     fs::create_dir_all(b.join("broken")).unwrap();
     fs::write(b.join("broken/SKILL.md"), "no frontmatter\n").unwrap();
-    let roots = vec![Root { path: a.clone(), origin: Origin::Installed }, Root { path: b.clone(), origin: Origin::Discovered }];
+    let roots =
+        vec![Root { path: a.clone(), origin: Origin::Installed }, Root { path: b.clone(), origin: Origin::Discovered }];
     let snapshot = scan(&roots);
     assert_eq!(snapshot.ids(), vec!["direct", "nested"]);
     assert_eq!(snapshot.get("direct").unwrap().origin, Origin::Installed);
     let errors: Vec<(String, &str)> = snapshot
         .errors
         .iter()
-        .map(|e| (e.path.strip_prefix(dir.path().canonicalize().unwrap()).unwrap().display().to_string(), e.message.as_str()))
+        .map(|e| {
+            (e.path.strip_prefix(dir.path().canonicalize().unwrap()).unwrap().display().to_string(), e.message.as_str())
+        })
         .collect();
     assert_eq!(errors.len(), 3, "{errors:?}");
     assert!(errors[0].0 == "a/shared" && errors[0].1.contains("is also used by") && errors[0].1.contains("b/shared"));
@@ -162,4 +170,36 @@ fn layouts_depth_collisions_links_and_broken_skills() {
     assert!(errors[1].1.contains("does not start with a YAML frontmatter block"));
     assert!(errors[2].0 == "b/shared" && errors[2].1.contains("a/shared"));
     assert_eq!(MAX_SCAN_DEPTH, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_rescans_after_changes() {
+    use skillhost_actors::skills::SkillsConfig;
+    use skillhost_actors::{Server, ServerConfig};
+    use skillhost_engine::EngineConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("skills");
+    fs::create_dir_all(&root).unwrap();
+    let skills = SkillsConfig {
+        roots: vec![Root { path: root.clone(), origin: Origin::Discovered }],
+        install_dir: None,
+        watch: true,
+    };
+    // No model is needed for the registry; a missing file just fails to load.
+    let engine = EngineConfig { model_path: dir.path().join("none.gguf"), n_ctx: None, n_parallel: 1, n_threads: None };
+    let server = Server::start(ServerConfig { engine, skills: Some(skills) }).await.unwrap();
+    let handle = server.skills().unwrap().clone();
+    assert!(handle.snapshot().skills.is_empty());
+    write_skill(&root, "fresh");
+    // A readiness poll bounding a hang, not a timing assertion.
+    let mut seen = false;
+    for _ in 0..200 {
+        if handle.snapshot().get("fresh").is_some() {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(seen, "the watcher never rescanned");
+    server.shutdown();
 }

@@ -1,6 +1,9 @@
 //! The supervisor recovers from an engine crash: in-flight requests get a
 //! clean error and the next request is served. Uses the real default model.
 
+// Integration tests are test code: unwrapping is how they fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

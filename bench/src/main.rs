@@ -9,11 +9,16 @@
 //! 4. Prompt tokens re-decoded on a conversation's second turn over the
 //!    tokens that turn added.
 //!
+//! Before those, the skills registry: scan time for 10, 100 and 512
+//! generated skills, cold and warm, and ZIP install throughput.
+//!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
 //! drift in the machine's speed hits both alike.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
+
+mod skills;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -253,6 +258,16 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
+    // `skillhost-bench skills` or `skillhost-bench model` runs one half.
+    let only = std::env::args().nth(1);
+    if only.as_deref() != Some("model") {
+        println!("skills registry and installs:");
+        skills::run();
+        println!();
+    }
+    if only.as_deref() == Some("skills") {
+        return;
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
     let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
     assert!(status.success(), "building the server failed");

@@ -1,5 +1,8 @@
 //! The engine against the real default model (`make model` fetches it).
 
+// Integration tests are test code: unwrapping is how they fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 
 use skillhost_engine::{

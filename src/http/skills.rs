@@ -63,7 +63,9 @@ pub fn skill_json(skill: &Skill, with_instructions: bool) -> Value {
 }
 
 fn errors_json(snapshot: &Snapshot) -> Value {
-    Value::Array(snapshot.errors.iter().map(|e| json!({"path": e.path.display().to_string(), "message": e.message})).collect())
+    Value::Array(
+        snapshot.errors.iter().map(|e| json!({"path": e.path.display().to_string(), "message": e.message})).collect(),
+    )
 }
 
 fn changes_json(changes: &Changes) -> Value {
@@ -72,13 +74,17 @@ fn changes_json(changes: &Changes) -> Value {
 
 /// The registry, or a 403 when skills are off.
 fn registry(state: &AppState) -> Result<&SkillsHandle, ApiError> {
-    state.server.skills().ok_or_else(|| ApiError::Forbidden("skills are turned off on this server (--no-skills)".into()))
+    state
+        .server
+        .skills()
+        .ok_or_else(|| ApiError::Forbidden("skills are turned off on this server (--no-skills)".into()))
 }
 
 fn lookup(snapshot: &Snapshot, id: &str) -> Result<std::sync::Arc<Skill>, ApiError> {
     snapshot.get(id).cloned().ok_or_else(|| {
         let ids = snapshot.ids();
-        let available = if ids.is_empty() { "none are installed".to_string() } else { format!("available: {}", ids.join(", ")) };
+        let available =
+            if ids.is_empty() { "none are installed".to_string() } else { format!("available: {}", ids.join(", ")) };
         ApiError::NotFound(format!("no skill named '{id}' is registered; {available}"))
     })
 }
@@ -121,7 +127,10 @@ pub async fn api_get(state: web::Data<AppState>, id: web::Path<String>) -> Resul
 }
 
 /// `GET /api/skills/{id}/files/{path}`: one file, through the path guard.
-pub async fn api_file(state: web::Data<AppState>, params: web::Path<(String, String)>) -> Result<HttpResponse, PlainError> {
+pub async fn api_file(
+    state: web::Data<AppState>,
+    params: web::Path<(String, String)>,
+) -> Result<HttpResponse, PlainError> {
     let (id, path) = params.into_inner();
     let skill = lookup(&registry(&state)?.snapshot(), &id)?;
     let root = skill.root.clone();
@@ -186,19 +195,27 @@ pub async fn api_install(
         .map(|q| q.into_inner())
         .unwrap_or_default();
     let mut overwrite = query.get("overwrite").is_some_and(|v| is_true(v));
-    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
         return Err(too_large().into());
     }
     let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if !content_type.starts_with("multipart/form-data") {
-        return Err(ApiError::bad_request("send the archive as multipart/form-data with the ZIP in a field named 'file'").into());
+        return Err(ApiError::bad_request(
+            "send the archive as multipart/form-data with the ZIP in a field named 'file'",
+        )
+        .into());
     }
     let mut multipart = Multipart::new(request.headers(), payload);
     let mut archive: Option<Vec<u8>> = None;
     let mut received = 0usize;
     while let Some(field) = multipart.next().await {
-        let mut field = field.map_err(|err| ApiError::bad_request(format!("the upload is not valid multipart data: {err}")))?;
+        let mut field =
+            field.map_err(|err| ApiError::bad_request(format!("the upload is not valid multipart data: {err}")))?;
         let name = field.name().unwrap_or_default().to_string();
         let mut bytes = Vec::new();
         while let Some(chunk) = field.next().await {
@@ -215,7 +232,8 @@ pub async fn api_install(
             _ => {}
         }
     }
-    let archive = archive.ok_or_else(|| ApiError::bad_request("the upload has no field named 'file' holding the ZIP archive"))?;
+    let archive =
+        archive.ok_or_else(|| ApiError::bad_request("the upload has no field named 'file' holding the ZIP archive"))?;
     let id = skills.install(archive, overwrite).await.map_err(ApiError::from)?;
     let snapshot = skills.snapshot();
     let skill = lookup(&snapshot, &id)?;

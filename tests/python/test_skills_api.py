@@ -162,3 +162,30 @@ def test_concurrent_rescans_while_lists_are_served(skills_server):
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def run_binary(*args):
+    import subprocess
+
+    from conftest import BINARY
+
+    return subprocess.run([str(BINARY), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_list_skills_prints_the_registry_without_a_model(tmp_path):
+    result = run_binary("list-skills", "--skills-dir", str(FIXTURES), "--skills-install-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "9 skill(s):" in result.stdout
+    assert "mcp-builder  (discovered, 6 files" in result.stdout
+    assert f"installed   {tmp_path}" in result.stdout
+    # The same through `serve --list-skills`: no model is needed or loaded.
+    result = run_binary("serve", "--list-skills", "--skills-dir", str(FIXTURES), "--skills-install-dir", str(tmp_path))
+    assert result.returncode == 0 and "9 skill(s):" in result.stdout, result.stderr
+
+
+def test_a_missing_root_fails_before_the_model_loads(tmp_path):
+    missing = tmp_path / "nope"
+    result = run_binary("serve", "--model", str(DEFAULT_MODEL), "--skills-dir", str(missing))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --skills-dir: the directory {missing} does not exist"
+    assert "loading the model" not in result.stderr

@@ -98,14 +98,23 @@ impl Actor for SkillRegistryActor {
     type State = SkillsState;
     type Arguments = SkillsArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SkillsMsg>, args: SkillsArgs) -> Result<SkillsState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SkillsMsg>,
+        args: SkillsArgs,
+    ) -> Result<SkillsState, ActorProcessingErr> {
         let watcher = if args.config.watch { Some(start_watcher(&args.config.roots, myself)?) } else { None };
         let state = SkillsState { config: args.config, snapshot: args.snapshot, _watcher: watcher };
         state.rescan().await;
         Ok(state)
     }
 
-    async fn handle(&self, _myself: ActorRef<SkillsMsg>, msg: SkillsMsg, state: &mut SkillsState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<SkillsMsg>,
+        msg: SkillsMsg,
+        state: &mut SkillsState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SkillsMsg::Rescan(reply) => {
                 let diff = state.rescan().await;
@@ -170,17 +179,22 @@ fn start_watcher(
     actor: ActorRef<SkillsMsg>,
 ) -> Result<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>, ActorProcessingErr> {
     use notify_debouncer_mini::notify::RecursiveMode;
-    let mut debouncer = notify_debouncer_mini::new_debouncer(WATCH_DEBOUNCE, move |result: notify_debouncer_mini::DebounceEventResult| {
-        // The staging folders of uploads come and go; the install itself
-        // rescans when it is done.
-        let relevant = match &result {
-            Ok(events) => events.iter().any(|e| !e.path.components().any(|c| c.as_os_str().to_string_lossy().starts_with(".upload-"))),
-            Err(_) => true,
-        };
-        if relevant {
-            let _ = actor.cast(SkillsMsg::Rescan(None));
-        }
-    })?;
+    let mut debouncer = notify_debouncer_mini::new_debouncer(
+        WATCH_DEBOUNCE,
+        move |result: notify_debouncer_mini::DebounceEventResult| {
+            // The staging folders of uploads come and go; the install itself
+            // rescans when it is done.
+            let relevant = match &result {
+                Ok(events) => events
+                    .iter()
+                    .any(|e| !e.path.components().any(|c| c.as_os_str().to_string_lossy().starts_with(".upload-"))),
+                Err(_) => true,
+            };
+            if relevant {
+                let _ = actor.cast(SkillsMsg::Rescan(None));
+            }
+        },
+    )?;
     for root in roots {
         if root.path.is_dir() {
             debouncer.watcher().watch(&root.path, RecursiveMode::Recursive)?;

@@ -166,10 +166,9 @@ pub fn install_archive(
     }
     let planned = plan_layout(files)?;
 
-    let staging = tempfile::Builder::new()
-        .prefix(".upload-")
-        .tempdir_in(install_dir)
-        .map_err(|err| InstallError::Io(format!("cannot create a staging folder in {}: {err}", install_dir.display())))?;
+    let staging = tempfile::Builder::new().prefix(".upload-").tempdir_in(install_dir).map_err(|err| {
+        InstallError::Io(format!("cannot create a staging folder in {}: {err}", install_dir.display()))
+    })?;
     let skill_root = staging.path().join("skill");
     std::fs::create_dir(&skill_root).map_err(|err| InstallError::Io(format!("cannot stage the upload: {err}")))?;
     extract(&mut zip, &planned, &skill_root, limits)?;
@@ -198,7 +197,8 @@ pub fn install_archive(
     // new one is in place.
     let aside = staging.path().join("replaced");
     if let Some(old) = &existing {
-        std::fs::rename(old, &aside).map_err(|err| InstallError::Io(format!("cannot move the old '{name}' aside: {err}")))?;
+        std::fs::rename(old, &aside)
+            .map_err(|err| InstallError::Io(format!("cannot move the old '{name}' aside: {err}")))?;
     }
     if let Err(err) = std::fs::rename(&skill_root, &target) {
         if let Some(old) = &existing {
@@ -242,7 +242,9 @@ fn plan_layout(files: Vec<(usize, String, Option<u32>)>) -> Result<Vec<Planned>,
         match name.strip_prefix(&prefix) {
             Some(relative) => planned.push(Planned { index, relative: relative.to_string(), mode }),
             None => {
-                return Err(rejected(format!("'{name}' lies outside the skill folder '{dir}/'; the archive must hold one skill")))
+                return Err(rejected(format!(
+                    "'{name}' lies outside the skill folder '{dir}/'; the archive must hold one skill"
+                )))
             }
         }
     }
@@ -259,11 +261,14 @@ fn extract(
     let mut total: u64 = 0;
     let mut buffer = vec![0u8; 64 * 1024];
     for file in planned {
-        let target: PathBuf = path_guard::path_for_create(root, &file.relative).map_err(|err| rejected(err.to_string()))?;
+        let target: PathBuf =
+            path_guard::path_for_create(root, &file.relative).map_err(|err| rejected(err.to_string()))?;
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
         }
-        let mut entry = zip.by_index(file.index).map_err(|err| rejected(format!("'{}' cannot be read: {err}", file.relative)))?;
+        let mut entry =
+            zip.by_index(file.index).map_err(|err| rejected(format!("'{}' cannot be read: {err}", file.relative)))?;
         let compressed = entry.compressed_size();
         let mut output = std::fs::OpenOptions::new()
             .write(true)
@@ -274,7 +279,9 @@ fn extract(
         // Never more than one byte past the limit is decompressed.
         let mut limited = (&mut entry).take(limits.max_entry_bytes + 1);
         loop {
-            let n = limited.read(&mut buffer).map_err(|err| rejected(format!("'{}' cannot be decompressed: {err}", file.relative)))?;
+            let n = limited
+                .read(&mut buffer)
+                .map_err(|err| rejected(format!("'{}' cannot be decompressed: {err}", file.relative)))?;
             if n == 0 {
                 break;
             }
@@ -298,7 +305,9 @@ fn extract(
                     file.relative, limits.max_ratio
                 )));
             }
-            output.write_all(&buffer[..n]).map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
+            output
+                .write_all(&buffer[..n])
+                .map_err(|err| InstallError::Io(format!("cannot stage '{}': {err}", file.relative)))?;
         }
         // Keep the owner's execute bit; drop setuid, setgid, sticky and
         // group/other write.

@@ -104,7 +104,8 @@ pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, St
     let (frontmatter, body) = split_frontmatter(text)?;
     // serde_yaml refuses duplicate keys in a mapping, which is what we want:
     // a silent last-one-wins would load something the author did not mean.
-    let yaml: Yaml = serde_yaml::from_str(frontmatter).map_err(|err| format!("the frontmatter is not valid YAML: {err}"))?;
+    let yaml: Yaml =
+        serde_yaml::from_str(frontmatter).map_err(|err| format!("the frontmatter is not valid YAML: {err}"))?;
     let mapping = match yaml {
         Yaml::Mapping(mapping) => mapping,
         Yaml::Null => serde_yaml::Mapping::new(),
@@ -200,7 +201,8 @@ pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, St
         if KNOWN_KEYS.contains(&key_text.as_str()) {
             continue;
         }
-        warnings.push(format!("'{key_text}' is not a key the Agent Skills specification defines; it is kept as written"));
+        warnings
+            .push(format!("'{key_text}' is not a key the Agent Skills specification defines; it is kept as written"));
         extra.push((key_text, serde_json::to_value(value).unwrap_or(serde_json::Value::Null)));
     }
 
@@ -319,7 +321,10 @@ mod tests {
                 Ok(m) => m,
                 Err(err) => panic!("{frontmatter:?}: {err}"),
             };
-            assert_eq!((parsed.name.as_str(), parsed.warnings), (name, warnings.iter().map(|w| w.to_string()).collect()));
+            assert_eq!(
+                (parsed.name.as_str(), parsed.warnings),
+                (name, warnings.iter().map(|w| w.to_string()).collect())
+            );
         }
     }
 
@@ -350,9 +355,15 @@ mod tests {
         let over = "é".repeat(MAX_DESCRIPTION_CHARS + 1);
         let compat_at = "c".repeat(MAX_COMPATIBILITY_CHARS);
         let compat_over = "c".repeat(MAX_COMPATIBILITY_CHARS + 1);
-        let ok = parse_manifest(&manifest(&format!("name: a\ndescription: {at_limit}\ncompatibility: {compat_at}\n")), Some("a"));
+        let ok = parse_manifest(
+            &manifest(&format!("name: a\ndescription: {at_limit}\ncompatibility: {compat_at}\n")),
+            Some("a"),
+        );
         assert_eq!(ok.map(|m| m.warnings), Ok(vec![]));
-        let over = parse_manifest(&manifest(&format!("name: a\ndescription: {over}\ncompatibility: {compat_over}\n")), Some("a"));
+        let over = parse_manifest(
+            &manifest(&format!("name: a\ndescription: {over}\ncompatibility: {compat_over}\n")),
+            Some("a"),
+        );
         assert_eq!(
             over.map(|m| m.warnings),
             Ok(vec![
@@ -399,7 +410,10 @@ mod tests {
         let literal = literal.unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(literal.description, "line one line two");
         assert_eq!(literal.allowed_tools, vec!["Read".to_string(), "Write".to_string()]);
-        assert_eq!(literal.warnings, vec!["metadata is not a mapping of strings to strings and was dropped".to_string()]);
+        assert_eq!(
+            literal.warnings,
+            vec!["metadata is not a mapping of strings to strings and was dropped".to_string()]
+        );
     }
 
     #[test]

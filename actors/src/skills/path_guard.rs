@@ -87,7 +87,9 @@ pub fn check_lexical(requested: &str) -> Result<Vec<&str>, PathError> {
         match segment {
             "" | "." => continue,
             ".." => return refuse("it climbs out of the skill folder with '..'"),
-            s if s.ends_with('.') || s.ends_with(' ') => return refuse("a folder or file name in it ends with '.' or a space"),
+            s if s.ends_with('.') || s.ends_with(' ') => {
+                return refuse("a folder or file name in it ends with '.' or a space")
+            }
             s => segments.push(s),
         }
     }
@@ -179,7 +181,8 @@ pub fn open_file(root: &Path, requested: &str) -> Result<OpenedFile, PathError> 
     let resolved = resolve(&root, requested, &segments, false)?;
     let relative = segments.join("/");
     let file = open_beneath(&root, &relative, &resolved, requested)?;
-    let metadata = file.metadata().map_err(|err| PathError::Io { path: requested.to_string(), error: err.to_string() })?;
+    let metadata =
+        file.metadata().map_err(|err| PathError::Io { path: requested.to_string(), error: err.to_string() })?;
     let file_type = metadata.file_type();
     if !file_type.is_file() {
         let what = if file_type.is_dir() { "a folder" } else { "a special file (a pipe, socket or device)" };
@@ -347,7 +350,8 @@ mod tests {
         // SAFETY: mkfifo with a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
 
-        let escape = |p: &str| format!("the path '{p}' is not allowed: it leads outside the skill through a symbolic link");
+        let escape =
+            |p: &str| format!("the path '{p}' is not allowed: it leads outside the skill through a symbolic link");
         let cases = [
             ("leaf-out", escape("leaf-out")),
             ("etc/passwd", escape("etc/passwd")),
@@ -371,8 +375,14 @@ mod tests {
         assert_eq!(open_file(&skill, "refs/forms.md").unwrap().len, 5);
 
         // Creating through links: refused when the link leads out or dangles.
-        assert_eq!(path_for_create(&skill, "dangling-out").unwrap_err(), PathError::Escapes { path: "dangling-out".into() });
-        assert_eq!(path_for_create(&skill, "etc/new.txt").unwrap_err(), PathError::Escapes { path: "etc/new.txt".into() });
+        assert_eq!(
+            path_for_create(&skill, "dangling-out").unwrap_err(),
+            PathError::Escapes { path: "dangling-out".into() }
+        );
+        assert_eq!(
+            path_for_create(&skill, "etc/new.txt").unwrap_err(),
+            PathError::Escapes { path: "etc/new.txt".into() }
+        );
         assert!(path_for_create(&skill, "new/deeper/file.txt").unwrap().starts_with(canonical_root(&skill).unwrap()));
         assert!(!outside.join("created-by-link.txt").exists());
     }

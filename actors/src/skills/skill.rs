@@ -74,7 +74,8 @@ impl Skill {
 pub fn classify(path: &str) -> FileKind {
     let first = path.split('/').next().unwrap_or_default();
     let extension = path.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase()).unwrap_or_default();
-    const SCRIPTS: [&str; 14] = ["py", "sh", "bash", "zsh", "js", "mjs", "cjs", "ts", "rb", "pl", "php", "lua", "ps1", "bat"];
+    const SCRIPTS: [&str; 14] =
+        ["py", "sh", "bash", "zsh", "js", "mjs", "cjs", "ts", "rb", "pl", "php", "lua", "ps1", "bat"];
     const MARKDOWN: [&str; 3] = ["md", "markdown", "mdx"];
     const BINARY: [&str; 24] = [
         "png", "jpg", "jpeg", "gif", "webp", "ico", "bmp", "pdf", "ttf", "otf", "woff", "woff2", "zip", "gz", "tgz",
@@ -124,7 +125,12 @@ pub fn load_skill(dir: &Path, origin: Origin, skip: &GlobSet) -> Result<Skill, S
     let dir_name = root.file_name().map(|n| n.to_string_lossy().into_owned());
     let manifest = parse_manifest(&text, dir_name.as_deref())?;
     let mut warnings = manifest.warnings.clone();
-    let mut listing = Listing { files: Vec::new(), bytes: text.len() as u64, modified: modified(&root.join("SKILL.md")), warnings: Vec::new() };
+    let mut listing = Listing {
+        files: Vec::new(),
+        bytes: text.len() as u64,
+        modified: modified(&root.join("SKILL.md")),
+        warnings: Vec::new(),
+    };
     list_files(&root, &root, skip, &mut listing)?;
     warnings.append(&mut listing.warnings);
     listing.files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -193,7 +199,12 @@ fn list_files(root: &Path, dir: &Path, skip: &GlobSet, listing: &mut Listing) ->
         let mut head = Vec::with_capacity(TEXT_SNIFF_BYTES);
         let text = opened.file.take(TEXT_SNIFF_BYTES as u64).read_to_end(&mut head).is_ok() && looks_like_text(&head);
         listing.modified = listing.modified.max(modified(&path));
-        listing.files.push(SkillFile { kind: classify(&opened.relative), path: opened.relative, bytes: opened.len, text });
+        listing.files.push(SkillFile {
+            kind: classify(&opened.relative),
+            path: opened.relative,
+            bytes: opened.len,
+            text,
+        });
     }
     Ok(())
 }
