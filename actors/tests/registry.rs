@@ -203,3 +203,15 @@ async fn watch_rescans_after_changes() {
     assert!(seen, "the watcher never rescanned");
     server.shutdown();
 }
+
+#[test]
+fn bundled_skills_load_without_warnings() {
+    let bundled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../skills");
+    let snapshot = scan(&discovered(&bundled));
+    assert_eq!(snapshot.errors, vec![]);
+    assert_eq!(snapshot.ids(), vec!["skill-authoring", "skillhost-api"]);
+    for skill in snapshot.skills.values() {
+        assert_eq!(skill.warnings, Vec::<String>::new(), "{}", skill.id());
+        assert!(skill.files.iter().any(|f| f.kind == FileKind::Script), "{} ships a script", skill.id());
+    }
+}
