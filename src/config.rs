@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
+use skillhost_actors::chat_loop::{LoopSettings, DEFAULT_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
 use skillhost_engine::EngineConfig;
@@ -108,6 +109,18 @@ pub struct ServeArgs {
     /// Print the skills registry and exit, without loading a model
     #[arg(long = "list-skills")]
     pub list_skills: bool,
+    /// Do not advertise unselected skills; a request reaches only what it selects
+    #[arg(long = "skills-no-discovery", env = "SKILLHOST_SKILLS_NO_DISCOVERY")]
+    pub skills_no_discovery: bool,
+    /// Tool rounds per turn, 1 to 64 [default: 8]
+    #[arg(long = "skills-max-rounds", env = "SKILLHOST_SKILLS_MAX_ROUNDS")]
+    pub skills_max_rounds: Option<u32>,
+    /// Offer skills_run (running a skill's bundled scripts)
+    #[arg(long = "skills-allow-exec", env = "SKILLHOST_SKILLS_ALLOW_EXEC")]
+    pub skills_allow_exec: bool,
+    /// Put selected skills' instructions in the prompt instead of letting the model load them
+    #[arg(long = "inline-selected-bodies", env = "SKILLHOST_INLINE_SELECTED_BODIES")]
+    pub inline_selected_bodies: bool,
 }
 
 /// One config file, as written.
@@ -125,6 +138,10 @@ struct RawConfig {
     skills_install_dir: Option<PathBuf>,
     no_skills: Option<bool>,
     skills_watch: Option<bool>,
+    skills_no_discovery: Option<bool>,
+    skills_max_rounds: Option<u32>,
+    skills_allow_exec: Option<bool>,
+    inline_selected_bodies: Option<bool>,
 }
 
 /// The validated configuration of `skillhost serve`.
@@ -136,6 +153,7 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     /// `None` with `--no-skills`.
     pub skills: Option<SkillsConfig>,
+    pub loop_settings: LoopSettings,
 }
 
 /// A configuration that cannot be used; the message names the flag or key.
@@ -163,6 +181,10 @@ fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
             skills_install_dir: raw.skills_install_dir.map(|d| base.join(d)).or(file.skills_install_dir),
             no_skills: raw.no_skills.or(file.no_skills),
             skills_watch: raw.skills_watch.or(file.skills_watch),
+            skills_no_discovery: raw.skills_no_discovery.or(file.skills_no_discovery),
+            skills_max_rounds: raw.skills_max_rounds.or(file.skills_max_rounds),
+            skills_allow_exec: raw.skills_allow_exec.or(file.skills_allow_exec),
+            inline_selected_bodies: raw.inline_selected_bodies.or(file.inline_selected_bodies),
         };
     }
     Ok(file)
@@ -251,12 +273,25 @@ impl ServeArgs {
         if threads == Some(0) {
             return Err(ConfigError("--threads must be at least 1".into()));
         }
+        let max_rounds = self.skills_max_rounds.or(file.skills_max_rounds).unwrap_or(DEFAULT_MAX_ROUNDS);
+        if !(MIN_ROUNDS..=MAX_ROUNDS).contains(&max_rounds) {
+            return Err(ConfigError(format!(
+                "--skills-max-rounds must be between {MIN_ROUNDS} and {MAX_ROUNDS}, got {max_rounds}"
+            )));
+        }
+        let loop_settings = LoopSettings {
+            max_rounds,
+            discovery: !(self.skills_no_discovery || file.skills_no_discovery.unwrap_or(false)),
+            inline_selected_bodies: self.inline_selected_bodies || file.inline_selected_bodies.unwrap_or(false),
+            allow_exec: self.skills_allow_exec || file.skills_allow_exec.unwrap_or(false),
+        };
         Ok(ServeConfig {
             host: self.host.or(file.host).unwrap_or(DEFAULT_HOST),
             port: self.port.or(file.port).unwrap_or(DEFAULT_PORT),
             log_format: self.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
             engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
             skills,
+            loop_settings,
         })
     }
 }
@@ -319,6 +354,7 @@ mod tests {
                     n_threads: None,
                 },
                 skills: None,
+                loop_settings: LoopSettings::default(),
             }
         );
     }
@@ -416,6 +452,24 @@ skills-watch: true
                 "--threads must be at least 1",
             ),
             (
+                ServeArgs {
+                    model: Some(model.clone()),
+                    skills_max_rounds: Some(0),
+                    skills: off(),
+                    ..Default::default()
+                },
+                "--skills-max-rounds must be between 1 and 64, got 0",
+            ),
+            (
+                ServeArgs {
+                    model: Some(model.clone()),
+                    skills_max_rounds: Some(65),
+                    skills: off(),
+                    ..Default::default()
+                },
+                "--skills-max-rounds must be between 1 and 64, got 65",
+            ),
+            (
                 ServeArgs { model: Some(model.clone()), config: vec![unknown], skills: off(), ..Default::default() },
                 "unknown field `modle`",
             ),
@@ -432,6 +486,7 @@ skills-watch: true
             model: Some(model),
             parallel: Some(MAX_PARALLEL),
             ctx_size: Some(MIN_CTX_SIZE),
+            skills_max_rounds: Some(MAX_ROUNDS),
             skills: off(),
             ..Default::default()
         };

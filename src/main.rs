@@ -20,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::{web, App, HttpServer};
 use clap::Parser;
+use skillhost_actors::model::ModelSource;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -95,7 +96,12 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {
-    let server = Server::start(ServerConfig { engine: config.engine.clone(), skills: config.skills.clone() }).await?;
+    let server = Server::start(ServerConfig {
+        model: ModelSource::Load(config.engine.clone()),
+        skills: config.skills.clone(),
+        loop_settings: config.loop_settings,
+    })
+    .await?;
     if let Some(skills) = server.skills() {
         let snapshot = skills.snapshot();
         tracing::info!(skills = snapshot.skills.len(), errors = snapshot.errors.len(), "skills registry loaded");

@@ -15,6 +15,10 @@ pub struct ChatRequest {
     pub sampling: SamplingParams,
     pub max_tokens: Option<u32>,
     pub stop: Vec<String>,
+    /// Skills selected for this request, by id (validated at the edge).
+    pub skills: Vec<String>,
+    /// Whether unselected skills are advertised; `None` uses the server's setting.
+    pub skills_discovery: Option<bool>,
 }
 
 /// Why a request ended without an answer.
@@ -46,20 +50,49 @@ pub struct Usage {
     pub completion_tokens: usize,
 }
 
-/// What a running request reports, in order: `Accepted`, then any number of
-/// `Content`, then at most one `ToolCalls`, then `Finished` or `Failed`.
+/// One tool call the server answered itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillStep {
+    /// The agent that made the call; `/root` for the request's own model.
+    pub agent_id: String,
+    pub tool: String,
+    pub skill: Option<String>,
+    /// What the call was about (a path), when anything.
+    pub detail: Option<String>,
+    pub ok: bool,
+    /// 1-based round of the tool loop.
+    pub round: u32,
+}
+
+/// What one round of the loop cost.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RoundStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens reused from the KV cache.
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    pub time_to_first_token_ms: f64,
+}
+
+/// What a running request reports, in order: `Accepted`, then `Content`
+/// and `SkillStep` as they happen, then at most one `ToolCalls`, then
+/// `Finished` or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatEvent {
     /// The prompt was accepted by the engine; output follows.
     Accepted,
     /// Answer text generated since the last event.
     Content(String),
-    /// The calls the model made, complete, with unique ids.
+    /// A skill tool call was answered in process.
+    SkillStep(SkillStep),
+    /// The calls the model made to the caller's tools, complete, with unique ids.
     ToolCalls(Vec<ToolCall>),
+    /// `timings` are the last round's; `rounds` has every round.
     Finished {
         finish: ChatFinish,
         usage: Usage,
         timings: Timings,
+        rounds: Vec<RoundStats>,
     },
     Failed(ChatError),
 }

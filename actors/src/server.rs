@@ -7,7 +7,8 @@ use tokio::sync::{mpsc, watch};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::chat_loop::LoopMsg;
+use crate::chat_loop::{LoopMsg, LoopSettings};
+use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::skills::actor::SkillsMsg;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
@@ -33,9 +34,17 @@ pub struct Server {
 /// What the server is started with.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    pub engine: EngineConfig,
+    pub model: ModelSource,
     /// `None` turns skills off (`--no-skills`).
     pub skills: Option<SkillsConfig>,
+    pub loop_settings: LoopSettings,
+}
+
+impl ServerConfig {
+    /// A server for a model file, with default loop settings.
+    pub fn new(engine: EngineConfig, skills: Option<SkillsConfig>) -> Self {
+        ServerConfig { model: ModelSource::Load(engine), skills, loop_settings: LoopSettings::default() }
+    }
 }
 
 /// Reading and changing the skills registry.
@@ -121,7 +130,12 @@ impl Server {
             }
             None => (None, None),
         };
-        let args = SupervisorArgs { engine: config.engine, status: status_tx, skills: skills_args };
+        let args = SupervisorArgs {
+            engine: config.model,
+            loop_settings: config.loop_settings,
+            status: status_tx,
+            skills: skills_args,
+        };
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
         let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use skillhost_engine::{EngineConfig, EngineStats, ModelInfo};
+use skillhost_engine::{EngineStats, ModelInfo};
 use tokio::sync::{mpsc, watch};
 
-use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg};
-use crate::model::{ModelActor, ModelMsg};
+use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
+use crate::model::{ModelActor, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
 use crate::skills::{SkillsConfig, Snapshot};
@@ -33,7 +33,9 @@ pub enum ModelStatus {
 pub struct Supervisor;
 
 pub struct SupervisorArgs {
-    pub engine: EngineConfig,
+    pub engine: ModelSource,
+    /// How every request's loop runs.
+    pub loop_settings: LoopSettings,
     pub status: watch::Sender<ModelStatus>,
     /// The skills registry's setup and the channel its snapshots go out on;
     /// `None` with `--no-skills`.
@@ -59,7 +61,8 @@ pub enum SupervisorMsg {
 }
 
 pub struct SupervisorState {
-    engine: EngineConfig,
+    engine: ModelSource,
+    loop_settings: LoopSettings,
     /// Published model status.
     status: watch::Sender<ModelStatus>,
     /// The running model actor, when a model is loaded.
@@ -86,6 +89,7 @@ impl Actor for Supervisor {
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let mut state = SupervisorState {
             engine: args.engine,
+            loop_settings: args.loop_settings,
             status: args.status,
             model: None,
             restarts: Vec::new(),
@@ -191,7 +195,7 @@ fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
 
 async fn load_model(supervisor: ActorCell, state: &mut SupervisorState) {
     let _ = state.status.send(ModelStatus::Loading);
-    let path = state.engine.model_path.display().to_string();
+    let path = state.engine.describe();
     tracing::info!(model = %path, "loading the model");
     let spawned = Actor::spawn_linked(None, ModelActor, state.engine.clone(), supervisor).await;
     let model = match spawned {
@@ -239,9 +243,10 @@ async fn start_chat(
     let Some(model) = &state.model else {
         return Err(unavailable(&state.status.borrow()));
     };
-    let engine = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
+    let backend = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
         .map_err(|_| unavailable(&state.status.borrow()))?;
-    let args = LoopArgs { request, engine, events };
+    let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
+    let args = LoopArgs { request, backend, skills, settings: state.loop_settings, events };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
         .await
         .map_err(|err| ChatError::Engine(format!("cannot start the request: {err}")))?;

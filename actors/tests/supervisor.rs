@@ -38,7 +38,7 @@ async fn ready(server: &Server) -> Arc<skillhost_engine::ModelInfo> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
-    let server = match Server::start(ServerConfig { engine: config(), skills: None }).await {
+    let server = match Server::start(ServerConfig::new(config(), None)).await {
         Ok(s) => s,
         Err(err) => panic!("{err}"),
     };

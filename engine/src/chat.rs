@@ -35,11 +35,16 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     /// For a tool result: the name of the tool, when the client gave it.
     pub name: Option<String>,
+    /// For an assistant turn generated inside this server: exactly what the
+    /// model wrote, tool-call markup included. Rendered verbatim instead of
+    /// `content` and `tool_calls`, so the next round's prompt repeats the
+    /// model's own bytes and the KV cache stays reusable.
+    pub raw: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        ChatMessage { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
+        ChatMessage { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None, raw: None }
     }
 }
 

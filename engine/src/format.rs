@@ -235,6 +235,9 @@ fn template_messages(messages: &[ChatMessage]) -> Value {
         messages
             .iter()
             .map(|m| {
+                if let Some(raw) = &m.raw {
+                    return json!({"role": m.role.template_name(), "content": raw});
+                }
                 let mut object = json!({"role": m.role.template_name(), "content": m.content});
                 if !m.tool_calls.is_empty() {
                     object["tool_calls"] = m
@@ -276,6 +279,7 @@ fn generic_messages(messages: &[ChatMessage], tools: &[ToolDef]) -> Value {
     let mut converted: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
     for m in messages {
         match m.role {
+            Role::Assistant if m.raw.is_some() => converted.push(m.clone()),
             Role::Assistant if !m.tool_calls.is_empty() => {
                 let mut content = m.content.clone();
                 for call in &m.tool_calls {

@@ -2,8 +2,8 @@
 //!
 //! Every parser is total: whatever the model wrote, it returns the content,
 //! the calls it could read, and a diagnostic for anything that looked like a
-//! call but was not one. A malformed call stays visible as content so nothing
-//! the model wrote is lost.
+//! call but was not one. Malformed call markup is dropped from the content
+//! and reported instead: a client must never receive half a tool call.
 
 use serde_json::Value;
 
@@ -245,12 +245,9 @@ fn parse_hermes(text: &str) -> ParsedOutput {
                 }
                 out.calls.push(call);
             }
-            Err(why) => {
-                out.diagnostics.push(why);
-                // Keep what the model wrote so nothing is lost.
-                let end = rest.len() - next.len();
-                out.content.push_str(&rest[open..end]);
-            }
+            // Markup that does not parse is dropped from the content (and
+            // reported): a client must never receive half a tool call.
+            Err(why) => out.diagnostics.push(why),
         }
         rest = next;
     }
@@ -332,10 +329,6 @@ fn parse_mistral(text: &str) -> ParsedOutput {
             }
             Err(why) => {
                 out.diagnostics.push(why);
-                if !out.content.is_empty() {
-                    out.content.push('\n');
-                }
-                out.content.push_str(rest.trim());
                 return out;
             }
         }
@@ -388,15 +381,16 @@ mod tests {
             ),
             // Truncated before the closing tag: the call is read, with a note.
             ("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", ("", vec![weather()], 1)),
-            // Broken JSON stays visible as content.
-            ("<tool_call>{\"name\": \"get_weather\", \"arg</tool_call>", ("<tool_call>{\"name\": \"get_weather\", \"arg</tool_call>", vec![], 1)),
+            // Broken markup is reported, never passed on as content.
+            ("<tool_call>{\"name\": \"get_weather\", \"arg</tool_call>", ("", vec![], 1)),
+            ("Text <tool_call>{\"name\": \"get_weather\", \"arg", ("Text", vec![], 1)),
             // Missing name.
-            ("<tool_call>{\"arguments\": {}}</tool_call>", ("<tool_call>{\"arguments\": {}}</tool_call>", vec![], 1)),
+            ("<tool_call>{\"arguments\": {}}</tool_call>", ("", vec![], 1)),
             // Arguments that are not an object.
-            ("<tool_call>{\"name\": \"lookup\", \"arguments\": [1]}</tool_call>", ("<tool_call>{\"name\": \"lookup\", \"arguments\": [1]}</tool_call>", vec![], 1)),
+            ("<tool_call>{\"name\": \"lookup\", \"arguments\": [1]}</tool_call>", ("", vec![], 1)),
             // No arguments at all means an empty object.
             ("<tool_call>{\"name\": \"lookup\"}</tool_call>", ("", vec![call("lookup", "{}")], 0)),
-            ("<tool_call>", ("<tool_call>", vec![], 1)),
+            ("<tool_call>", ("", vec![], 1)),
         ];
         for (text, expected) in cases {
             check(ToolFamily::Hermes, text, expected);
@@ -435,9 +429,9 @@ mod tests {
                 "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]lookup[ARGS]{}",
                 ("", vec![call("get_weather", r#"{"city":"Paris"}"#), call("lookup", "{}")], 0),
             ),
-            ("Sure. [TOOL_CALLS][{\"name\": 3}]", ("Sure.\n[TOOL_CALLS][{\"name\": 3}]", vec![], 1)),
-            ("[TOOL_CALLS]get_weather[ARGS]{oops", ("[TOOL_CALLS]get_weather[ARGS]{oops", vec![], 1)),
-            ("[TOOL_CALLS]", ("[TOOL_CALLS]", vec![], 1)),
+            ("Sure. [TOOL_CALLS][{\"name\": 3}]", ("Sure.", vec![], 1)),
+            ("[TOOL_CALLS]get_weather[ARGS]{oops", ("", vec![], 1)),
+            ("[TOOL_CALLS]", ("", vec![], 1)),
             ("No calls here.", ("No calls here.", vec![], 0)),
         ];
         for (text, expected) in cases {

@@ -15,7 +15,9 @@ use std::panic::AssertUnwindSafe;
 
 use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
-use crate::http::openai::{finish_reason, timings_json, tool_calls_json, usage_json, ChatCompletionRequest};
+use crate::http::openai::{
+    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
+};
 use crate::http::peer::PeerWatch;
 use crate::http::AppState;
 
@@ -30,6 +32,35 @@ fn completion_id() -> String {
 /// The declared body length, when the client sent one.
 pub fn content_length(request: &HttpRequest) -> Option<usize> {
     request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Refuses selected skills that are not registered, naming those that are;
+/// drops repeats.
+pub fn check_skills(state: &AppState, request: &mut skillhost_actors::ChatRequest) -> Result<(), ApiError> {
+    if request.skills.is_empty() {
+        return Ok(());
+    }
+    let Some(skills) = state.server.skills() else {
+        return Err(ApiError::bad_param(
+            "skills",
+            "this server has skills turned off (--no-skills); remove 'skills' from the request",
+        ));
+    };
+    let snapshot = skills.snapshot();
+    let unknown: Vec<&str> =
+        request.skills.iter().map(String::as_str).filter(|id| snapshot.get(id).is_none()).collect();
+    if !unknown.is_empty() {
+        let ids = snapshot.ids();
+        let available = if ids.is_empty() {
+            "none are installed".to_string()
+        } else {
+            format!("available skills: {}", ids.join(", "))
+        };
+        return Err(ApiError::bad_param("skills", format!("unknown skill '{}'; {available}", unknown.join("', '"))));
+    }
+    request.skills.sort();
+    request.skills.dedup();
+    Ok(())
 }
 
 /// The loaded model's id, or 503 while none is ready.
@@ -70,7 +101,8 @@ async fn serve(
     let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
     let wire: ChatCompletionRequest = parse_json(&body)?;
     let info = ready_model(state)?;
-    let validated = wire.validate(&info.id)?;
+    let mut validated = wire.validate(&info.id)?;
+    check_skills(state, &mut validated.request)?;
     let mut chat = state.server.chat(validated.request).await?;
     let mut peer = PeerWatch::new(request);
     // The first event says whether the engine took the prompt, so a bad
@@ -135,7 +167,8 @@ async fn collect(
                 content.push_str(&text);
             }
             ChatEvent::ToolCalls(new_calls) => calls.extend(new_calls),
-            ChatEvent::Finished { finish, usage, timings } => {
+            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
+            ChatEvent::Finished { finish, usage, timings, rounds } => {
                 state.metrics.finished(usage.prompt_tokens, &timings);
                 let mut message = json!({"role": "assistant", "content": content});
                 if !calls.is_empty() {
@@ -153,6 +186,7 @@ async fn collect(
                     "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(finish)}],
                     "usage": usage_json(&usage, &timings),
                     "timings": timings_json(&timings),
+                    "rounds": rounds_json(&rounds),
                 })));
             }
             ChatEvent::Failed(err) => return Err(err.into()),
@@ -247,7 +281,9 @@ impl SseState {
                     self.pending.push_back(frame(&self.meta.chunk(delta, None)));
                 }
             }
-            ChatEvent::Finished { finish, usage, timings } => self.finish(finish, usage, timings),
+            // Only standard chunks travel on the OpenAI stream.
+            ChatEvent::SkillStep(step) => self.app.metrics.skill_step(&step),
+            ChatEvent::Finished { finish, usage, timings, rounds: _ } => self.finish(finish, usage, timings),
             ChatEvent::Failed(err) => self.fail(&err.into()),
         }
     }

@@ -13,6 +13,7 @@ pub struct Metrics {
     pub generated_tokens: IntCounter,
     pub time_to_first_token: Histogram,
     pub tokens_per_second: Histogram,
+    pub skill_steps: IntCounterVec,
     active_slots: IntGauge,
     queued: IntGauge,
     cancelled: IntGauge,
@@ -39,6 +40,10 @@ impl Metrics {
             HistogramOpts::new("generation_tokens_per_second", "Generation speed of each finished request.")
                 .buckets(vec![1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0]),
         )?;
+        let skill_steps = IntCounterVec::new(
+            Opts::new("skill_tool_calls_total", "Skill tool calls answered in process, by tool and outcome."),
+            &["tool", "ok"],
+        )?;
         let active_slots = IntGauge::new("active_slots", "Slots decoding a request right now.")?;
         let queued = IntGauge::new("queued_requests", "Requests waiting for a free slot.")?;
         // A gauge fed from the engine's counter: it restarts at zero when the
@@ -53,6 +58,7 @@ impl Metrics {
         registry.register(Box::new(generated_tokens.clone()))?;
         registry.register(Box::new(time_to_first_token.clone()))?;
         registry.register(Box::new(tokens_per_second.clone()))?;
+        registry.register(Box::new(skill_steps.clone()))?;
         registry.register(Box::new(active_slots.clone()))?;
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
@@ -66,6 +72,7 @@ impl Metrics {
             generated_tokens,
             time_to_first_token,
             tokens_per_second,
+            skill_steps,
             active_slots,
             queued,
             cancelled,
@@ -81,6 +88,11 @@ impl Metrics {
         if timings.predicted_n > 1 {
             self.tokens_per_second.observe(timings.predicted_per_second());
         }
+    }
+
+    /// Records a skill tool call the loop answered.
+    pub fn skill_step(&self, step: &skillhost_actors::request::SkillStep) {
+        self.skill_steps.with_label_values(&[step.tool.as_str(), if step.ok { "true" } else { "false" }]).inc();
     }
 
     /// The text exposition, with gauges read from the engine at scrape time.

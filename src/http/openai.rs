@@ -42,6 +42,11 @@ pub struct ChatCompletionRequest {
     pub response_format: Option<WireResponseFormat>,
     pub n: Option<u32>,
     pub logprobs: Option<bool>,
+    /// Skills selected for this request, by name.
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// Whether unselected skills are advertised (default: the server's setting).
+    pub skills_discovery: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -423,6 +428,8 @@ impl ChatCompletionRequest {
                 sampling,
                 max_tokens,
                 stop,
+                skills: self.skills,
+                skills_discovery: self.skills_discovery,
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
@@ -580,4 +587,21 @@ mod tests {
         assert_eq!(validated.request.max_tokens, Some(5));
         assert_eq!(validated.request.stop, vec!["x".to_string()]);
     }
+}
+
+/// The rounds a request took, for the non-streaming response.
+pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
+    Value::Array(
+        rounds
+            .iter()
+            .map(|r| {
+                json!({
+                    "prompt_tokens": r.prompt_tokens,
+                    "cached_tokens": r.cached_tokens,
+                    "generated_tokens": r.generated_tokens,
+                    "time_to_first_token_ms": r.time_to_first_token_ms,
+                })
+            })
+            .collect(),
+    )
 }

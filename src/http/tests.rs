@@ -16,7 +16,7 @@ fn model_path() -> std::path::PathBuf {
 
 async fn state(n_ctx: u32) -> web::Data<AppState> {
     let config = EngineConfig { model_path: model_path(), n_ctx: Some(n_ctx), n_parallel: 2, n_threads: None };
-    let server = match Server::start(ServerConfig { engine: config, skills: None }).await {
+    let server = match Server::start(ServerConfig::new(config, None)).await {
         Ok(s) => s,
         Err(err) => panic!("{err}"),
     };

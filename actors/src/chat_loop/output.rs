@@ -16,6 +16,9 @@ pub struct RoundOutput {
     raw: String,
     /// Bytes of `raw` already sent as content.
     streamed: usize,
+    /// Whether this round has sent any content (rounds are separated by a
+    /// blank line when they both have some).
+    content_started: bool,
 }
 
 /// The end of a round: the last content delta and the calls.
@@ -28,7 +31,7 @@ pub struct RoundEnd {
 
 impl RoundOutput {
     pub fn new(family: Option<ToolFamily>, declared: Vec<String>) -> Self {
-        RoundOutput { family, declared, raw: String::new(), streamed: 0 }
+        RoundOutput { family, declared, raw: String::new(), streamed: 0, content_started: false }
     }
 
     /// Adds generated text; returns the content that is safe to send now.
@@ -44,6 +47,14 @@ impl RoundOutput {
         let out = self.raw[self.streamed..safe].to_string();
         self.streamed = safe;
         out
+    }
+
+    pub fn content_started(&self) -> bool {
+        self.content_started
+    }
+
+    pub fn set_content_started(&mut self, started: bool) {
+        self.content_started = started;
     }
 
     /// Everything the model wrote this round.

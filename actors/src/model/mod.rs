@@ -2,15 +2,49 @@
 //! hands out the channel to it, and fails (so the supervisor restarts it) when
 //! the engine thread dies.
 
+pub mod backend;
+
+use std::sync::Arc;
+
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use skillhost_engine::{Engine, EngineConfig, Exit};
+
+pub use backend::ModelBackend;
+
+/// Where the model comes from.
+#[derive(Clone)]
+pub enum ModelSource {
+    /// Load a GGUF file into a new engine thread.
+    Load(EngineConfig),
+    /// Use a backend that already exists (tests use a scripted one).
+    Provided(Arc<dyn ModelBackend>),
+}
+
+impl std::fmt::Debug for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::Load(config) => f.debug_tuple("Load").field(config).finish(),
+            ModelSource::Provided(backend) => f.debug_tuple("Provided").field(&backend.info().id).finish(),
+        }
+    }
+}
+
+impl ModelSource {
+    /// A name for logs: the model file or the provided model's id.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelSource::Load(config) => config.model_path.display().to_string(),
+            ModelSource::Provided(backend) => backend.info().id.clone(),
+        }
+    }
+}
 
 /// The model actor; it holds no llama.cpp type, only the engine's channel.
 pub struct ModelActor;
 
 pub enum ModelMsg {
-    /// Sent by the supervisor when it starts a request: the channel to the engine.
-    GetEngine(RpcReplyPort<Engine>),
+    /// Sent by the supervisor when it starts a request: the model to use.
+    GetEngine(RpcReplyPort<Arc<dyn ModelBackend>>),
     /// Sent by the watcher task when the engine thread ends.
     EngineExited(Exit),
     /// Sent by tests to make the engine thread panic.
@@ -19,27 +53,34 @@ pub enum ModelMsg {
 }
 
 pub struct ModelState {
-    /// The handle to the running engine.
-    engine: Engine,
+    /// The running model.
+    backend: Arc<dyn ModelBackend>,
+    /// The engine itself, when this actor started one (for fault injection).
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    engine: Option<Engine>,
 }
 
 impl Actor for ModelActor {
     type Msg = ModelMsg;
     type State = ModelState;
-    type Arguments = EngineConfig;
+    type Arguments = ModelSource;
 
     /// Loads the model on a blocking thread; the actor starts once it is in memory.
     async fn pre_start(
         &self,
         myself: ActorRef<ModelMsg>,
-        config: EngineConfig,
+        source: ModelSource,
     ) -> Result<ModelState, ActorProcessingErr> {
+        let config = match source {
+            ModelSource::Provided(backend) => return Ok(ModelState { backend, engine: None }),
+            ModelSource::Load(config) => config,
+        };
         let (engine, exit) = tokio::task::spawn_blocking(move || Engine::start(config)).await??;
         tokio::spawn(async move {
             let exit = exit.await.unwrap_or(Exit::Panicked("the engine thread vanished".into()));
             let _ = myself.cast(ModelMsg::EngineExited(exit));
         });
-        Ok(ModelState { engine })
+        Ok(ModelState { backend: Arc::new(engine.clone()), engine: Some(engine) })
     }
 
     async fn handle(
@@ -50,7 +91,7 @@ impl Actor for ModelActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ModelMsg::GetEngine(reply) => {
-                let _ = reply.send(state.engine.clone());
+                let _ = reply.send(Arc::clone(&state.backend));
                 Ok(())
             }
             // Failing hands the decision to the supervisor, which restarts us.
@@ -58,7 +99,9 @@ impl Actor for ModelActor {
             ModelMsg::EngineExited(Exit::Normal) => Err("the engine thread ended".into()),
             #[cfg(feature = "fault-injection")]
             ModelMsg::InjectPanic => {
-                state.engine.inject_panic();
+                if let Some(engine) = &state.engine {
+                    engine.inject_panic();
+                }
                 Ok(())
             }
         }

@@ -6,9 +6,11 @@ pub mod actor;
 pub mod install;
 pub mod manifest;
 pub mod path_guard;
+pub mod prompt;
 pub mod registry;
 pub mod roots;
 pub mod skill;
+pub mod tools;
 
 pub use actor::{SkillsConfig, SkillsError};
 pub use manifest::Manifest;

@@ -1,0 +1,36 @@
+//! What the loop needs from a model: its facts and a way to submit. The real
+//! engine implements it; tests substitute a scripted double that replays
+//! model outputs, so loop logic can be checked deterministically.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use skillhost_engine::{Engine, EngineError, EngineStats, GenerateRequest, ModelInfo, Submitted};
+
+/// A boxed future returned by [`ModelBackend::submit`].
+pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Submitted, EngineError>> + Send + 'a>>;
+
+/// A model that can run generation requests.
+pub trait ModelBackend: Send + Sync {
+    /// Facts about the model, its chat format included.
+    fn info(&self) -> &Arc<ModelInfo>;
+    /// Live counters for `/metrics`.
+    fn stats(&self) -> &Arc<EngineStats>;
+    /// Queues a request; see [`Engine::submit`].
+    fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_>;
+}
+
+impl ModelBackend for Engine {
+    fn info(&self) -> &Arc<ModelInfo> {
+        Engine::info(self)
+    }
+
+    fn stats(&self) -> &Arc<EngineStats> {
+        Engine::stats(self)
+    }
+
+    fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
+        Box::pin(Engine::submit(self, request))
+    }
+}
