@@ -81,3 +81,6 @@ pub fn configure(config: &mut web::ServiceConfig) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod scenarios;

@@ -343,7 +343,11 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         state.emit(ChatEvent::Finished { finish, usage: state.usage, timings, rounds });
     };
     if state.final_round {
-        let note = format!("[This answer was cut short: the turn used all {} tool rounds.]", state.settings.max_rounds);
+        let separator = if state.content_sent { "\n\n" } else { "" };
+        let rounds = state.settings.max_rounds;
+        let note = format!("{separator}[This answer was cut short: the turn used all {rounds} tool rounds.]");
+        // The separator is explicit: the note belongs after this round's text.
+        started = true;
         state.emit_content(note, &mut started);
         finish(state, ChatFinish::Stop);
         return false;

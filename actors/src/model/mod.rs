@@ -3,6 +3,8 @@
 //! the engine thread dies.
 
 pub mod backend;
+#[cfg(feature = "scripted")]
+pub mod scripted;
 
 use std::sync::Arc;
 

@@ -1,0 +1,92 @@
+//! A scripted model for testing loop logic deterministically: it replays
+//! prepared outputs in order, streaming each in small pieces, and records
+//! every prompt it was given. It never stands in for the real model in a
+//! test of model behaviour.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use skillhost_engine::template::ChatTemplate;
+use skillhost_engine::{
+    ChatFormat, EngineError, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted, Timings,
+};
+use tokio::sync::mpsc;
+
+use super::backend::{ModelBackend, SubmitFuture};
+
+/// Bytes per streamed piece, small enough to split markup across pieces.
+const PIECE_BYTES: usize = 7;
+
+pub struct ScriptedBackend {
+    info: Arc<ModelInfo>,
+    stats: Arc<EngineStats>,
+    outputs: Mutex<VecDeque<String>>,
+    prompts: Mutex<Vec<String>>,
+}
+
+impl ScriptedBackend {
+    /// A model whose chat template is `template` (GGUF text, or `None` for
+    /// a base model of `architecture` with no template).
+    pub fn new(template: Option<&str>, architecture: &str, n_ctx: u32, outputs: Vec<String>) -> Result<Self, String> {
+        let template = ChatTemplate::for_model(template, architecture, "", "").map_err(|err| err.to_string())?;
+        let info = ModelInfo {
+            id: "scripted".into(),
+            path: PathBuf::from("scripted.gguf"),
+            architecture: architecture.into(),
+            n_ctx,
+            n_ctx_train: n_ctx,
+            n_parallel: 1,
+            n_params: 0,
+            size_bytes: 0,
+            format: ChatFormat::new(template),
+        };
+        Ok(ScriptedBackend {
+            info: Arc::new(info),
+            stats: Arc::new(EngineStats::default()),
+            outputs: Mutex::new(outputs.into()),
+            prompts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every prompt submitted so far, in order.
+    pub fn prompts(&self) -> Vec<String> {
+        self.prompts.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+}
+
+impl ModelBackend for ScriptedBackend {
+    fn info(&self) -> &Arc<ModelInfo> {
+        &self.info
+    }
+
+    fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+
+    fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
+        let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
+        let n_prompt = request.prompt.len().div_ceil(4);
+        if let Ok(mut prompts) = self.prompts.lock() {
+            prompts.push(request.prompt);
+        }
+        Box::pin(async move {
+            let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
+            let (events, receiver) = mpsc::unbounded_channel();
+            let mut pieces = 0;
+            let mut rest = output.as_str();
+            while !rest.is_empty() {
+                let mut cut = PIECE_BYTES.min(rest.len());
+                while !rest.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                let _ = events.send(GenerationEvent::Text(rest[..cut].to_string()));
+                rest = &rest[cut..];
+                pieces += 1;
+            }
+            let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
+            let _ = events.send(GenerationEvent::Finished { reason: FinishReason::Stop, timings });
+            Ok(Submitted { events: receiver, n_prompt })
+        })
+    }
+}
