@@ -214,7 +214,7 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
                 ));
             }
         }
-        text.push('\n');
+        end_section(&mut text);
     }
 
     if !others.is_empty() {
@@ -223,10 +223,15 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
         let mut catalog = String::from(
             "### Other available skills\nIf one of these fits the task better, load it with skills_read.\n",
         );
+        let summary = |n: usize| {
+            format!("({n} further skills are installed but not listed here; call skills_list to see them.)\n")
+        };
+        // Room for the summary line and the blank lines between sections.
+        let reserve = summary(others.len()).len() + 2;
         let mut listed = 0;
         for skill in &others {
             let line = format!("- {}: {}\n", skill.id(), trim_description(&skill.manifest.description));
-            let fits = text.len() + catalog.len() + line.len() + footer.len() <= budget;
+            let fits = text.len() + catalog.len() + line.len() + footer.len() + reserve <= budget;
             if listed >= MAX_CATALOG_ENTRIES || !fits {
                 break;
             }
@@ -234,13 +239,10 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
             listed += 1;
         }
         if listed < others.len() {
-            catalog.push_str(&format!(
-                "({} further skills are installed but not listed here; call skills_list to see them.)\n",
-                others.len() - listed
-            ));
+            catalog.push_str(&summary(others.len() - listed));
         }
         text.push_str(&catalog);
-        text.push('\n');
+        end_section(&mut text);
     }
 
     if options.tools {
@@ -248,6 +250,12 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
     }
     block.text = text.trim_end().to_string();
     block
+}
+
+/// Ends a section with exactly one blank line.
+fn end_section(text: &mut String) {
+    text.truncate(text.trim_end().len());
+    text.push_str("\n\n");
 }
 
 /// Writes the selected bodies, within the inline budget.
