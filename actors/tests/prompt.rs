@@ -17,7 +17,8 @@ use skillhost_engine::{ChatMessage, Role};
 fn write_skill(root: &Path, name: &str, description: &str, body: &str, files: usize) {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("references")).unwrap();
-    std::fs::write(dir.join("SKILL.md"), format!("---\nname: {name}\ndescription: {description}\n---\n{body}")).unwrap();
+    std::fs::write(dir.join("SKILL.md"), format!("---\nname: {name}\ndescription: {description}\n---\n{body}"))
+        .unwrap();
     for i in 0..files {
         std::fs::write(dir.join(format!("references/part-{i:02}.md")), "x".repeat(10 + i)).unwrap();
     }
@@ -30,9 +31,27 @@ fn snapshot_of(root: &Path) -> Snapshot {
 /// A registry of three ordinary skills.
 fn registry() -> (tempfile::TempDir, Snapshot) {
     let dir = tempfile::tempdir().unwrap();
-    write_skill(dir.path(), "pdf", "Extract text and tables from PDF files. Use when a PDF is involved.", "# PDF\nUse pdftotext.\n", 2);
-    write_skill(dir.path(), "xlsx", "Build spreadsheets with formulas. Use for Excel files.", "# XLSX\nKeep formulas live.\n", 0);
-    write_skill(dir.path(), "brand", "Apply the house colours and fonts. Use for any styled artifact.", "# Brand\nNavy #123456.\n", 1);
+    write_skill(
+        dir.path(),
+        "pdf",
+        "Extract text and tables from PDF files. Use when a PDF is involved.",
+        "# PDF\nUse pdftotext.\n",
+        2,
+    );
+    write_skill(
+        dir.path(),
+        "xlsx",
+        "Build spreadsheets with formulas. Use for Excel files.",
+        "# XLSX\nKeep formulas live.\n",
+        0,
+    );
+    write_skill(
+        dir.path(),
+        "brand",
+        "Apply the house colours and fonts. Use for any styled artifact.",
+        "# Brand\nNavy #123456.\n",
+        1,
+    );
     let snapshot = snapshot_of(dir.path());
     (dir, snapshot)
 }
@@ -63,7 +82,10 @@ fn golden_blocks() {
     golden("discovery", &plan(&ids(&["pdf"]), &snapshot, &options(true, false, true)).text);
     golden("discovery-only", &plan(&[], &snapshot, &options(true, false, true)).text);
     golden("no-discovery", &plan(&ids(&["xlsx"]), &snapshot, &options(false, false, true)).text);
-    golden("inlined", &plan(&ids(&["pdf"]), &snapshot, &PromptOptions { allow_exec: true, ..options(true, true, true) }).text);
+    golden(
+        "inlined",
+        &plan(&ids(&["pdf"]), &snapshot, &PromptOptions { allow_exec: true, ..options(true, true, true) }).text,
+    );
     golden("no-tools", &plan(&ids(&["pdf", "brand"]), &snapshot, &options(true, false, false)).text);
     // Nothing selected and nothing to discover: no block at all.
     assert_eq!(plan(&[], &snapshot, &options(false, false, true)).text, "");
@@ -81,7 +103,9 @@ fn truncated_inline_body() {
     assert_eq!(block.truncated, vec!["big".to_string()]);
     golden("truncated", &block.text);
     let with_tools = PromptOptions { context_tokens: Some(4096), ..options(false, true, true) };
-    assert!(plan(&ids(&["big"]), &snapshot, &with_tools).text.contains("Continue with skills_read(skill=\"big\", path=\"SKILL.md\", offset=3072)"));
+    assert!(plan(&ids(&["big"]), &snapshot, &with_tools)
+        .text
+        .contains("Continue with skills_read(skill=\"big\", path=\"SKILL.md\", offset=3072)"));
 }
 
 #[test]
@@ -90,12 +114,21 @@ fn catalog_and_file_index_limits() {
     for i in 0..MAX_CATALOG_ENTRIES + 1 {
         write_skill(dir.path(), &format!("skill-{i:03}"), &format!("Skill number {i}."), "Body.\n", 0);
     }
-    write_skill(dir.path(), "files", "A skill with many files. Use for testing the index.", "Body.\n", MAX_FILE_INDEX + 1);
+    write_skill(
+        dir.path(),
+        "files",
+        "A skill with many files. Use for testing the index.",
+        "Body.\n",
+        MAX_FILE_INDEX + 1,
+    );
     let snapshot = snapshot_of(dir.path());
     let big = PromptOptions { context_tokens: Some(500_000), ..options(true, false, true) };
     let block = plan(&[], &snapshot, &big);
     // 98 unselected skills: 96 listed, the rest summarized.
-    assert_eq!(block.text.matches("\n- skill-").count() + block.text.matches("\n- files:").count(), MAX_CATALOG_ENTRIES);
+    assert_eq!(
+        block.text.matches("\n- skill-").count() + block.text.matches("\n- files:").count(),
+        MAX_CATALOG_ENTRIES
+    );
     assert!(block.text.contains("(2 further skills are installed but not listed here; call skills_list to see them.)"));
     golden("catalog-97-plus", &block.text);
     let inlined = plan(&ids(&["files"]), &snapshot, &options(false, true, true));
@@ -178,5 +211,8 @@ fn apply_merges_into_the_leading_system_message() {
     let added = apply(&without, &block);
     assert_eq!((added.len(), added[0].role, added[0].content.as_str()), (2, Role::System, block.text.as_str()));
     let developer = [ChatMessage::new(Role::Developer, "Rules."), ChatMessage::new(Role::User, "Hi")];
-    assert_eq!(apply(&developer, &block).iter().filter(|m| matches!(m.role, Role::System | Role::Developer)).count(), 1);
+    assert_eq!(
+        apply(&developer, &block).iter().filter(|m| matches!(m.role, Role::System | Role::Developer)).count(),
+        1
+    );
 }

@@ -466,3 +466,69 @@ mod tests {
         assert_eq!(prompt.tool_family, Some(ToolFamily::Hermes));
     }
 }
+
+#[cfg(test)]
+mod family_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// One template per syntax we know, plus the fallbacks.
+    fn templates() -> Vec<(&'static str, Option<&'static str>, &'static str)> {
+        vec![
+            ("hermes", Some("{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}<tool_call>{% endfor %}"), "qwen2"),
+            ("mistral", Some("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{{ m.content }}[TOOL_CALLS]{% endfor %}"), "llama"),
+            ("llama3", Some("{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}<|python_tag|>{{ m.content }}{% endfor %}"), "llama"),
+            ("chatml", Some("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"), "llama"),
+            ("gemma without template", None, "gemma3"),
+            ("base model without template", None, "mamba"),
+        ]
+    }
+
+    /// A call to `name` written the way `family` writes calls.
+    fn sample_call(family: ToolFamily, name: &str) -> String {
+        match family {
+            ToolFamily::Hermes | ToolFamily::Generic => {
+                format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {{}}}}\n</tool_call>")
+            }
+            ToolFamily::Mistral => format!("[TOOL_CALLS][{{\"name\": \"{name}\", \"arguments\": {{}}}}]"),
+            ToolFamily::Llama3 => format!("{{\"name\": \"{name}\", \"parameters\": {{}}}}"),
+        }
+    }
+
+    /// Offering a tool is two halves decided in two places: the prompt must
+    /// declare it and a parser must read the model's call. A family where
+    /// one half works without the other would show raw markup to users, so
+    /// every family either has both or is offered no tools at all.
+    #[test]
+    fn declaring_and_parsing_tools_always_agree() {
+        let probe =
+            ToolDef { name: "probe_tool".into(), description: "Probe.".into(), parameters: json!({"type": "object"}) };
+        let messages = [ChatMessage::new(Role::User, "hi")];
+        for (name, template, architecture) in templates() {
+            let format = ChatFormat::new(ChatTemplate::for_model(template, architecture, "", "").unwrap());
+            let caps = format.capabilities().clone();
+            let conversation = Conversation {
+                messages: &messages,
+                tools: std::slice::from_ref(&probe),
+                tool_choice: &ToolChoice::Auto,
+                parallel_tool_calls: true,
+                response_format: &ResponseFormat::Text,
+            };
+            let prepared = format.prepare(&conversation);
+            if !caps.tools {
+                assert!(
+                    matches!(prepared, Err(FormatError::ToolsUnsupported)),
+                    "{name}: tools offered without a way to use them"
+                );
+                continue;
+            }
+            let prepared = prepared.unwrap();
+            assert!(prepared.text.contains("probe_tool"), "{name}: the tool is not declared in the prompt");
+            let family = prepared.tool_family.unwrap();
+            assert_eq!(family, caps.tool_family, "{name}");
+            let parsed = family.parser().parse(&sample_call(family, "probe_tool"), &["probe_tool"]);
+            assert_eq!(parsed.calls.len(), 1, "{name}: the {family:?} parser cannot read its own calls");
+            assert_eq!(parsed.content, "", "{name}: call markup leaked into the content");
+        }
+    }
+}

@@ -476,6 +476,23 @@ pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
     )
 }
 
+/// The rounds a request took, for the non-streaming response.
+pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
+    Value::Array(
+        rounds
+            .iter()
+            .map(|r| {
+                json!({
+                    "prompt_tokens": r.prompt_tokens,
+                    "cached_tokens": r.cached_tokens,
+                    "generated_tokens": r.generated_tokens,
+                    "time_to_first_token_ms": r.time_to_first_token_ms,
+                })
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,21 +604,4 @@ mod tests {
         assert_eq!(validated.request.max_tokens, Some(5));
         assert_eq!(validated.request.stop, vec!["x".to_string()]);
     }
-}
-
-/// The rounds a request took, for the non-streaming response.
-pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
-    Value::Array(
-        rounds
-            .iter()
-            .map(|r| {
-                json!({
-                    "prompt_tokens": r.prompt_tokens,
-                    "cached_tokens": r.cached_tokens,
-                    "generated_tokens": r.generated_tokens,
-                    "time_to_first_token_ms": r.time_to_first_token_ms,
-                })
-            })
-            .collect(),
-    )
 }

@@ -31,14 +31,16 @@ struct Run {
 async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
     let outputs: Vec<String> = serde_json::from_value(script["outputs"].clone()).unwrap();
     let backend = Arc::new(
-        ScriptedBackend::new(script["template"].as_str(), script["architecture"].as_str().unwrap(), 8192, outputs).unwrap(),
+        ScriptedBackend::new(script["template"].as_str(), script["architecture"].as_str().unwrap(), 8192, outputs)
+            .unwrap(),
     );
     let skills = SkillsConfig {
         roots: vec![Root { path: dir.parent().unwrap().join("skills"), origin: Origin::Discovered }],
         install_dir: None,
         watch: false,
     };
-    let loop_settings = LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };
+    let loop_settings =
+        LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };
     let config = ServerConfig { model: ModelSource::Provided(backend.clone()), skills: Some(skills), loop_settings };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
@@ -46,7 +48,9 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let mut request = request.clone();
     request["stream"] = Value::Bool(stream);
-    let response = test::call_service(&app, test::TestRequest::post().uri("/v1/chat/completions").set_json(request).to_request()).await;
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/chat/completions").set_json(request).to_request())
+            .await;
     let body = test::read_body(response).await.to_vec();
     server.shutdown();
     Run { body, prompts: backend.prompts() }
@@ -59,7 +63,9 @@ fn normalize(value: &mut Value) {
             for (key, item) in map.iter_mut() {
                 match key.as_str() {
                     "id" if item.as_str().is_some_and(|s| s.starts_with("chatcmpl-") || s.starts_with("call_")) => {
-                        *item = Value::String(if item.as_str().unwrap().starts_with("call_") { "call_*" } else { "chatcmpl-*" }.into())
+                        *item = Value::String(
+                            if item.as_str().unwrap().starts_with("call_") { "call_*" } else { "chatcmpl-*" }.into(),
+                        )
                     }
                     "created" => *item = Value::from(0),
                     key if key.ends_with("_ms") || key.ends_with("per_second") => *item = Value::from(0),
@@ -88,8 +94,12 @@ fn check(path: &Path, actual: &str) {
 
 #[actix_web::test]
 async fn scenarios() {
-    let mut dirs: Vec<PathBuf> =
-        std::fs::read_dir(scenarios_dir()).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("script.json").exists()).collect();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("script.json").exists())
+        .collect();
     dirs.sort();
     assert!(dirs.len() >= 12, "scenario folders are missing");
     for dir in dirs {

@@ -268,3 +268,63 @@ async fn health_models_and_metrics() {
     }
     assert!(metrics.contains("skillhost_generated_tokens_total"), "{metrics}");
 }
+
+#[actix_web::test]
+async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_real_model() {
+    use skillhost_actors::model::ModelSource;
+    use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("greeting");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: greeting\ndescription: How to greet visitors. Use when asked to greet someone.\n---\nGreet with the words: Welcome aboard.\n",
+    )
+    .unwrap();
+    let skills = SkillsConfig {
+        roots: vec![Root { path: dir.path().to_path_buf(), origin: Origin::Discovered }],
+        install_dir: None,
+        watch: false,
+    };
+    let engine = EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel: 1, n_threads: None };
+    let config =
+        ServerConfig { model: ModelSource::Load(engine), skills: Some(skills), loop_settings: Default::default() };
+    let server = Server::start(config).await.unwrap();
+    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
+    let state = web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 });
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    // Round 1 is held to a skills_read call by the grammar (the default
+    // model's template cannot declare tools, so this is the generic mode).
+    let body = json!({
+        "messages": [{"role": "user", "content": "Greet the new visitor."}],
+        "skills": ["greeting"],
+        "tool_choice": {"type": "function", "function": {"name": "skills_read"}},
+        "parallel_tool_calls": false,
+        "temperature": 0,
+        "max_tokens": 48,
+    });
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response: Value = test::call_and_read_body_json(&app, request).await;
+    let rounds = response["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{response}");
+    let (first, second) = (&rounds[0], &rounds[1]);
+    let n = |v: &Value, key: &str| v[key].as_u64().unwrap();
+    assert!(n(first, "generated_tokens") > 0);
+    // Round 2 repeats round 1's prompt and the model's own tokens byte for
+    // byte, so all of it comes from the KV cache (the end token was never
+    // decoded; up to 16 trailing tokens may be rewound).
+    let previous = n(first, "prompt_tokens") + n(first, "generated_tokens");
+    assert!(
+        n(second, "cached_tokens") + 16 >= previous,
+        "round 2 reused {} of {previous}: {response}",
+        n(second, "cached_tokens")
+    );
+    assert!(["stop", "length"].contains(&response["choices"][0]["finish_reason"].as_str().unwrap()), "{response}");
+    let content = response["choices"][0]["message"]["content"].as_str().unwrap_or_default();
+    assert!(!content.contains("<tool_call>"), "tool markup reached the client: {content}");
+    let metrics = String::from_utf8_lossy(
+        &test::read_body(test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await).await,
+    )
+    .to_string();
+    assert!(metrics.contains("skillhost_skill_tool_calls_total{ok=\"true\",tool=\"skills_read\"} 1"), "{metrics}");
+}

@@ -189,3 +189,36 @@ def test_a_missing_root_fails_before_the_model_loads(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --skills-dir: the directory {missing} does not exist"
     assert "loading the model" not in result.stderr
+
+
+def test_openai_client_skills_requests_return_ordinary_completions(skills_server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=skills_server.url + "/v1", api_key="unused")
+    model = client.models.list().data[0].id
+    request = dict(
+        model=model,
+        messages=[{"role": "user", "content": "Write a short status update for the team."}],
+        temperature=0,
+        max_tokens=24,
+        extra_body={"skills": ["internal-comms"], "skills_discovery": False},
+    )
+    whole = client.chat.completions.create(**request)
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert isinstance(whole.choices[0].message.content, str)
+    streamed, finish = "", None
+    for chunk in client.chat.completions.create(stream=True, **request):
+        for choice in chunk.choices:
+            streamed += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert streamed == whole.choices[0].message.content
+    assert finish == whole.choices[0].finish_reason
+    assert "<tool_call>" not in streamed
+
+    import openai
+
+    try:
+        client.chat.completions.create(**{**request, "extra_body": {"skills": ["no-such-skill"]}})
+        raise AssertionError("an unknown skill was accepted")
+    except openai.BadRequestError as error:
+        assert "unknown skill 'no-such-skill'; available skills: algorithmic-art" in str(error)
