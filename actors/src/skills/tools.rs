@@ -295,19 +295,21 @@ fn read(context: &ToolContext, args: &serde_json::Map<String, Value>) -> Outcome
         next.saturating_sub(1)
     );
     text.push_str(&page);
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
+    // Footers start on their own line; the page itself is left as it is.
+    let new_line = if text.ends_with('\n') { "" } else { "\n" };
     if next < total {
         text.push_str(&format!(
-            "[Truncated. Continue with skills_read(skill=\"{id}\", path=\"{relative}\", offset={next}).]"
+            "{new_line}[Truncated. Continue with skills_read(skill=\"{id}\", path=\"{relative}\", offset={next}).]"
         ));
     } else if relative == "SKILL.md" && !skill.files.is_empty() {
-        text.push_str(&format!("[Files in skill \"{id}\"; read them with skills_read(skill=\"{id}\", path=\"…\"):\n"));
+        text.push_str(&format!(
+            "{new_line}[Files in skill \"{id}\"; read them with skills_read(skill=\"{id}\", path=\"…\"):\n"
+        ));
         text.push_str(&file_index(skill));
         text.push(']');
     }
-    Outcome { text: text.trim_end().to_string(), ok: true, skill: Some(id.to_string()), detail: Some(relative) }
+    // Not trimmed: the page is the file's bytes, trailing whitespace included.
+    Outcome { text, ok: true, skill: Some(id.to_string()), detail: Some(relative) }
 }
 
 fn run(context: &ToolContext, args: &serde_json::Map<String, Value>) -> Outcome {
@@ -341,5 +343,156 @@ fn capitalized(text: &str) -> String {
     match chars.next() {
         Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skills::registry::scan;
+    use crate::skills::{Origin, Root};
+
+    fn context(dir: &std::path::Path) -> ToolContext {
+        let skill = dir.join("pdf");
+        std::fs::create_dir_all(skill.join("references")).unwrap();
+        std::fs::write(skill.join("SKILL.md"), "---\nname: pdf\ndescription: PDFs.\n---\nBody\n").unwrap();
+        std::fs::write(skill.join("references/api.md"), "API").unwrap();
+        std::fs::write(skill.join("logo.png"), [0u8, 1, 2]).unwrap();
+        let other = dir.join("secret-skill");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("SKILL.md"), "---\nname: secret-skill\ndescription: Hidden.\n---\n").unwrap();
+        let snapshot = Arc::new(scan(&[Root { path: dir.to_path_buf(), origin: Origin::Discovered }]));
+        ToolContext { snapshot, reachable: ["pdf".to_string()].into(), allow_exec: false }
+    }
+
+    fn call(name: &str, arguments: &str) -> ToolCall {
+        ToolCall { id: "c".into(), name: name.into(), arguments: arguments.into() }
+    }
+
+    #[test]
+    fn forgiving_readers_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let cases: Vec<(&str, &str, bool, &str)> = vec![
+            (SKILLS_READ, r#"{"skill": "pdf"}"#, true, "[skills_read: skill \"pdf\", file \"SKILL.md\", bytes 0-"),
+            (SKILLS_READ, r#"{"skill": "pdf", "path": ""}"#, true, "file \"SKILL.md\""),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "file": "references/api.md"}"#,
+                true,
+                "file \"references/api.md\", bytes 0-2 of 3]\nAPI",
+            ),
+            (SKILLS_READ, r#"{"skill": "pdf", "resource": "pdf/references/api.md"}"#, true, "API"),
+            (SKILLS_READ, r#""{\"skill\": \"pdf\", \"path\": \"references/api.md\"}""#, true, "API"),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "path": "references/api.md", "offset": "1"}"#,
+                true,
+                "bytes 1-2 of 3]\nPI",
+            ),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "path": "references/api.md", "offset": 3}"#,
+                false,
+                "Offset 3 is past the end",
+            ),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "path": "references/api.md", "offset": "x"}"#,
+                false,
+                "offset must be a whole number",
+            ),
+            (SKILLS_READ, r#"{"skill": "pdfs"}"#, false, "No skill called 'pdfs' is available. Available skills: pdf."),
+            (
+                SKILLS_READ,
+                r#"{"skill": "secret-skill"}"#,
+                false,
+                "No skill called 'secret-skill' is available. Available skills: pdf.",
+            ),
+            (SKILLS_READ, r#"{}"#, false, "Say which skill"),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "path": "../secret-skill/SKILL.md"}"#,
+                false,
+                "is not allowed: it climbs out of the skill folder",
+            ),
+            (
+                SKILLS_READ,
+                r#"{"skill": "pdf", "path": "nope.md"}"#,
+                false,
+                "'nope.md' does not exist in this skill 'pdf'. Call skills_list",
+            ),
+            (SKILLS_READ, r#"{"skill": "pdf", "path": "logo.png"}"#, false, "is a binary file (3 bytes)"),
+            (SKILLS_LIST, "{}", true, "## pdf\nPDFs.\nfiles:\n- logo.png (3 bytes)\n- references/api.md (3 bytes)"),
+            (SKILLS_RUN, r#"{"skill": "pdf", "path": "x.py"}"#, false, "skills_run is not enabled on this server"),
+        ];
+        for (tool, arguments, ok, expected) in cases {
+            let outcome = execute(&ctx, &call(tool, arguments));
+            assert_eq!(outcome.ok, ok, "{tool} {arguments}: {}", outcome.text);
+            assert!(
+                outcome.text.contains(expected),
+                "{tool} {arguments}: {:?} does not contain {expected:?}",
+                outcome.text
+            );
+        }
+        // A complete SKILL.md read ends with the skill's file index.
+        assert!(execute(&ctx, &call(SKILLS_READ, r#"{"skill": "pdf"}"#))
+            .text
+            .contains("- references/api.md (3 bytes)"));
+    }
+
+    #[test]
+    fn script_arguments_in_every_shape() {
+        let parse = |v: serde_json::Value| script_args(v.as_object().unwrap());
+        assert_eq!(parse(json!({"args": ["a", "b c", ""]})), Ok(vec!["a".into(), "b c".into(), "".into()]));
+        assert_eq!(parse(json!({"args": "[\"--x\", \"1\"]"})), Ok(vec!["--x".into(), "1".into()]));
+        assert_eq!(parse(json!({"arguments": "one; rm -rf /"})), Ok(vec!["one; rm -rf /".into()]));
+        assert_eq!(parse(json!({"args": [1, true]})), Ok(vec!["1".into(), "true".into()]));
+        assert_eq!(parse(json!({})), Ok(vec![]));
+        assert!(parse(json!({"args": "[1, 2"})).unwrap_err().contains("not one of strings"));
+    }
+
+    #[test]
+    fn pages_end_on_character_boundaries_and_say_how_to_continue() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        // 'é' is two bytes: a page boundary would split one.
+        let text = "é".repeat(READ_PAGE_BYTES as usize);
+        std::fs::write(dir.path().join("pdf/references/long.md"), &text).unwrap();
+        let ctx = ToolContext {
+            snapshot: Arc::new(scan(&[Root { path: dir.path().to_path_buf(), origin: Origin::Discovered }])),
+            ..ctx
+        };
+        let first = execute(&ctx, &call(SKILLS_READ, r#"{"skill": "pdf", "path": "references/long.md"}"#));
+        assert!(
+            first.text.ends_with(
+                "[Truncated. Continue with skills_read(skill=\"pdf\", path=\"references/long.md\", offset=49152).]"
+            ),
+            "{}",
+            &first.text[first.text.len() - 120..]
+        );
+        let mut offset = 0u64;
+        let mut total = String::new();
+        loop {
+            let page = execute(
+                &ctx,
+                &call(SKILLS_READ, &format!(r#"{{"skill": "pdf", "path": "references/long.md", "offset": {offset}}}"#)),
+            );
+            assert!(page.ok, "{}", page.text);
+            let body = page.text.split_once('\n').unwrap().1;
+            match body.rsplit_once(
+                "\n[Truncated. Continue with skills_read(skill=\"pdf\", path=\"references/long.md\", offset=",
+            ) {
+                Some((content, next)) => {
+                    total.push_str(content);
+                    offset = next.trim_end_matches(").]").parse().unwrap();
+                }
+                None => {
+                    total.push_str(body);
+                    break;
+                }
+            }
+        }
+        assert_eq!(total, text);
     }
 }
