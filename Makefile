@@ -8,7 +8,7 @@ VENV := .venv
 # Root installs directly; anyone else goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench fuzz build deps model test-models lint
+.PHONY: run test bench eval fuzz build deps model test-models lint
 
 run: deps model build
 	./target/release/skillhost serve --config config/skillhost.yaml
@@ -30,6 +30,11 @@ fuzz: deps
 
 bench: deps model
 	$(CARGO) run --release -p skillhost-bench
+
+# Graded end-to-end check of skills (not part of `make test`): EVAL_MODEL=path.gguf for another model.
+EVAL_MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+eval: deps model build $(VENV)/.installed
+	$(VENV)/bin/python eval/run_eval.py --model $(EVAL_MODEL)
 
 build: deps
 	$(CARGO) build --release
