@@ -18,6 +18,7 @@ pub mod request;
 pub mod server;
 pub mod skills;
 pub mod supervisor;
+pub mod workspace;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
 pub use server::{ChatStream, Server, ServerConfig, SkillsHandle};

@@ -1,0 +1,7 @@
+def main():
+    print('hello')
+    return 0
+
+
+def helper():
+    return 2
