@@ -38,6 +38,9 @@ pub enum Command {
     /// Print the skills registry (what is registered, where from, warnings
     /// and errors) and exit, without loading a model.
     ListSkills(ListSkillsArgs),
+    /// Internal: run one command in the OS sandbox (started by the server).
+    #[command(hide = true)]
+    SandboxExec(crate::sandbox_exec::SandboxExecArgs),
 }
 
 /// Skills flags, shared by `serve` and `list-skills`.

@@ -13,6 +13,7 @@
 mod config;
 mod http;
 mod list_skills;
+mod sandbox_exec;
 mod sched;
 
 use std::process::ExitCode;
@@ -34,6 +35,15 @@ const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        // First, before anything could start a thread: birdcage needs a
+        // single-threaded process.
+        Command::SandboxExec(args) => match sandbox_exec::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(err) => {
+                eprintln!("sandbox: {err}");
+                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            }
+        },
         Command::ListSkills(args) => match args.resolve() {
             Ok(skills) => {
                 print!("{}", list_skills::render(skills.as_ref()));

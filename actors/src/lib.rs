@@ -15,6 +15,7 @@
 pub mod chat_loop;
 pub mod model;
 pub mod request;
+pub mod sandbox;
 pub mod server;
 pub mod skills;
 pub mod supervisor;
