@@ -38,6 +38,10 @@ pub enum Command {
     /// Print the skills registry (what is registered, where from, warnings
     /// and errors) and exit, without loading a model.
     ListSkills(ListSkillsArgs),
+    /// Run one command in the OS sandbox exactly as the tools would, and exit with its status.
+    RunSandboxed(crate::sandbox_cli::RunSandboxedArgs),
+    /// Print what this host's sandbox confines and what it does not.
+    Doctor(crate::sandbox_cli::DoctorArgs),
     /// Internal: run one command in the OS sandbox (started by the server).
     #[command(hide = true)]
     SandboxExec(crate::sandbox_exec::SandboxExecArgs),

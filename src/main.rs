@@ -13,6 +13,7 @@
 mod config;
 mod http;
 mod list_skills;
+mod sandbox_cli;
 mod sandbox_exec;
 mod sched;
 
@@ -42,6 +43,27 @@ fn main() -> ExitCode {
             Err(err) => {
                 eprintln!("sandbox: {err}");
                 ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            }
+        },
+        Command::RunSandboxed(args) => match sandbox_cli::run_sandboxed(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            }
+        },
+        Command::Doctor(args) => match sandbox_cli::doctor(args) {
+            Ok((text, all_kept)) => {
+                print!("{text}");
+                if all_kept {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::FAILURE
             }
         },
         Command::ListSkills(args) => match args.resolve() {

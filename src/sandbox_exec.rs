@@ -169,14 +169,20 @@ fn drop_privileges(user: &str, owned: &[&Path]) -> Result<(), String> {
         return Err(format!("the sandbox user '{user}' is root; commands never run as root"));
     }
     for path in owned {
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "a working folder path holds a NUL".to_string())?;
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| "a working folder path holds a NUL".to_string())?;
         // SAFETY: chown on a NUL-terminated path.
         if unsafe { libc::chown(c_path.as_ptr(), uid, gid) } != 0 {
-            return Err(format!("cannot hand {} to the sandbox user: {}", path.display(), std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot hand {} to the sandbox user: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            ));
         }
     }
     // SAFETY: standard privilege drop: supplementary groups, then gid, then uid.
-    let dropped = unsafe { libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(gid) == 0 && libc::setuid(uid) == 0 };
+    let dropped =
+        unsafe { libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(gid) == 0 && libc::setuid(uid) == 0 };
     // SAFETY: plain getters.
     if !dropped || unsafe { libc::getuid() == 0 || libc::geteuid() == 0 } {
         return Err(format!("cannot become the sandbox user '{user}': {}", std::io::Error::last_os_error()));

@@ -5,4 +5,6 @@
 //! `skillhost sandbox-exec`, which sets everything up in a fresh process
 //! before any thread exists.
 
+pub mod doctor;
+pub mod launch;
 pub mod profile;

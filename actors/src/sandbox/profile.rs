@@ -56,7 +56,10 @@ impl Profile {
             serde_yaml::from_str(text).map_err(|err| format!("the sandbox profile '{name}' is not valid: {err}"))?;
         for path in profile.read.iter().chain(&profile.execute) {
             if !path.is_absolute() {
-                return Err(format!("the sandbox profile '{name}' lists '{}', which is not an absolute path", path.display()));
+                return Err(format!(
+                    "the sandbox profile '{name}' lists '{}', which is not an absolute path",
+                    path.display()
+                ));
             }
         }
         for path in &profile.examples.allow {
@@ -92,9 +95,15 @@ mod tests {
         let ok = format!("{BASE}examples: {{allow: [/etc/passwd, /usr/bin/python3], deny: [/root, /etcetera]}}\n");
         assert!(Profile::parse(&ok, "ok").is_ok());
         let widened = format!("{BASE}examples: {{allow: [], deny: [/etc/hosts]}}\n");
-        assert_eq!(Profile::parse(&widened, "w").unwrap_err(), "the sandbox profile 'w' must deny '/etc/hosts' but allows it");
+        assert_eq!(
+            Profile::parse(&widened, "w").unwrap_err(),
+            "the sandbox profile 'w' must deny '/etc/hosts' but allows it"
+        );
         let narrowed = format!("{BASE}examples: {{allow: [/bin/sh], deny: []}}\n");
-        assert_eq!(Profile::parse(&narrowed, "n").unwrap_err(), "the sandbox profile 'n' must allow '/bin/sh' but does not");
+        assert_eq!(
+            Profile::parse(&narrowed, "n").unwrap_err(),
+            "the sandbox profile 'n' must allow '/bin/sh' but does not"
+        );
         let unknown = format!("{BASE}network: true\nexamples: {{allow: [], deny: []}}\n");
         assert!(Profile::parse(&unknown, "u").unwrap_err().contains("unknown field `network`"));
         let relative = "description: x\nread: [etc]\nlimits: {cpu_seconds: 1, address_space_mb: 1, processes: 1, file_size_mb: 1}\nexamples: {allow: [], deny: []}\n";

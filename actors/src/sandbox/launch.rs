@@ -1,0 +1,185 @@
+//! Starting `skillhost sandbox-exec` for one command and collecting what it
+//! printed, within a deadline.
+//!
+//! The helper starts with a cleared environment plus an allow-list, an
+//! explicit working folder, stdin closed, and its own process group, so that
+//! a timeout or a cancelled request kills everything the command started.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+
+/// Bytes of stdout and of stderr kept per command.
+pub const OUTPUT_CAP_BYTES: usize = 32 * 1024;
+/// Environment variables passed from the server to a command.
+const PASSED: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
+/// The PATH a command gets when the server has none worth passing.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Whether commands must be confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Confined, or refused when this host cannot confine (the default).
+    #[default]
+    Required,
+    /// Confined when possible, else run unconfined and say so.
+    Preferred,
+    /// Never confined.
+    Off,
+}
+
+/// How to reach the helper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// The `skillhost` binary.
+    pub helper: PathBuf,
+    pub profile_dir: PathBuf,
+    /// Who commands run as when the server is root.
+    pub user: String,
+}
+
+/// One command to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run<'a> {
+    pub profile: &'a str,
+    pub workspace: &'a Path,
+    pub skill: Option<&'a Path>,
+    pub network: bool,
+    pub unconfined: bool,
+    pub command: &'a [String],
+    pub timeout: Duration,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ran {
+    /// `None` when it was killed at the deadline.
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Output past [`OUTPUT_CAP_BYTES`] was dropped.
+    pub truncated: bool,
+    pub timed_out: bool,
+}
+
+/// Kills a whole process group when dropped (a cancelled request drops it).
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill with a negative pid signals the group we created.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+async fn read_capped(mut stream: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buffer = [0u8; 8192];
+    let mut truncated = false;
+    // Keep reading past the cap so a chatty command never blocks on a full pipe.
+    while let Ok(n) = stream.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        let room = OUTPUT_CAP_BYTES.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+        truncated |= n > room;
+    }
+    (kept, truncated)
+}
+
+impl Launcher {
+    /// The helper's command line, environment and working folder for one
+    /// command; `run-sandboxed` uses the same so operators see exactly what
+    /// the tools do.
+    pub fn command(&self, run: &Run<'_>) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(&self.helper);
+        command
+            .arg("sandbox-exec")
+            .arg("--profile-dir")
+            .arg(&self.profile_dir)
+            .arg("--profile")
+            .arg(run.profile)
+            .arg("--workspace")
+            .arg(run.workspace)
+            .arg("--user")
+            .arg(&self.user);
+        if let Some(skill) = run.skill {
+            command.arg("--skill").arg(skill);
+        }
+        if run.network {
+            command.arg("--allow-network");
+        }
+        if run.unconfined {
+            command.arg("--unconfined");
+        }
+        command.arg("--").args(run.command);
+        // Nothing of the server's environment reaches a command but these.
+        command.env_clear();
+        for name in PASSED {
+            if let Ok(value) = std::env::var(name) {
+                command.env(name, value);
+            }
+        }
+        if std::env::var_os("PATH").is_none() {
+            command.env("PATH", DEFAULT_PATH);
+        }
+        command.current_dir(run.workspace).process_group(0).stdin(Stdio::null());
+        command
+    }
+
+    /// Runs one command through the helper.
+    pub async fn run(&self, run: &Run<'_>) -> Result<Ran, String> {
+        let mut command = tokio::process::Command::from(self.command(run));
+        command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
+        let guard = GroupGuard(child.id().map(|id| id as i32));
+        let stdout = child.stdout.take().ok_or("the helper has no stdout")?;
+        let stderr = child.stderr.take().ok_or("the helper has no stderr")?;
+        let outputs = tokio::spawn(async move { tokio::join!(read_capped(stdout), read_capped(stderr)) });
+        let (exit_code, timed_out) = match tokio::time::timeout(run.timeout, child.wait()).await {
+            Ok(Ok(status)) => (
+                status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|s| 128 + s)),
+                false,
+            ),
+            Ok(Err(err)) => return Err(format!("cannot wait for the command: {err}")),
+            Err(_) => (None, true),
+        };
+        // The group dies either way: a background child must not outlive its call.
+        drop(guard);
+        let _ = child.wait().await;
+        let ((stdout, out_cut), (stderr, err_cut)) =
+            outputs.await.map_err(|err| format!("cannot read the output: {err}"))?;
+        Ok(Ran {
+            exit_code,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            truncated: out_cut || err_cut,
+            timed_out,
+        })
+    }
+
+    /// Whether this host can confine commands: a trial run of `true`.
+    pub async fn probe(&self, scratch: &Path) -> Result<(), String> {
+        let command = ["/usr/bin/true".to_string()];
+        let run = Run {
+            profile: "code-exec",
+            workspace: scratch,
+            skill: None,
+            network: false,
+            unconfined: false,
+            command: &command,
+            timeout: Duration::from_secs(30),
+        };
+        let ran = self.run(&run).await?;
+        match ran.exit_code {
+            Some(0) => Ok(()),
+            _ => Err(ran.stderr.trim().trim_start_matches("sandbox: ").to_string()),
+        }
+    }
+}
