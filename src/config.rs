@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
-use skillhost_actors::chat_loop::{LoopSettings, DEFAULT_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS};
+use skillhost_actors::chat_loop::{LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
 use skillhost_engine::EngineConfig;
@@ -42,6 +42,8 @@ pub enum Command {
     RunSandboxed(crate::sandbox_cli::RunSandboxedArgs),
     /// Print what this host's sandbox confines and what it does not.
     Doctor(crate::sandbox_cli::DoctorArgs),
+    /// Apply a patch read from stdin, as the model's apply_patch tool does; exit 0 only when it applied.
+    ApplyPatch(crate::patch_cli::ApplyPatchArgs),
     /// Internal: run one command in the OS sandbox (started by the server).
     #[command(hide = true)]
     SandboxExec(crate::sandbox_exec::SandboxExecArgs),
@@ -128,6 +130,71 @@ pub struct ServeArgs {
     /// Put selected skills' instructions in the prompt instead of letting the model load them
     #[arg(long = "inline-selected-bodies", env = "SKILLHOST_INLINE_SELECTED_BODIES")]
     pub inline_selected_bodies: bool,
+    /// Offer the code tools: read_file, write_file, apply_patch and a sandboxed shell
+    #[arg(long = "code-exec", env = "SKILLHOST_CODE_EXEC")]
+    pub code_exec: bool,
+    /// Let shell commands use the network
+    #[arg(long = "code-exec-allow-network", env = "SKILLHOST_CODE_EXEC_ALLOW_NETWORK")]
+    pub code_exec_allow_network: bool,
+    /// Run shell commands without the sandbox (never on a server untrusted users reach)
+    #[arg(long = "code-exec-unconfined", env = "SKILLHOST_CODE_EXEC_UNCONFINED")]
+    pub code_exec_unconfined: bool,
+    /// Temperature for code turns whose request leaves it at the default
+    #[arg(long = "code-exec-temperature", env = "SKILLHOST_CODE_EXEC_TEMPERATURE")]
+    pub code_exec_temperature: Option<f32>,
+    /// Let skill scripts (skills_run) use the network
+    #[arg(long = "skills-allow-network", env = "SKILLHOST_SKILLS_ALLOW_NETWORK")]
+    pub skills_allow_network: bool,
+    /// Whether commands must be sandboxed: required (sandboxed or refused), preferred or off [default: required]
+    #[arg(long = "skills-sandbox", value_enum, env = "SKILLHOST_SKILLS_SANDBOX")]
+    pub skills_sandbox: Option<SandboxModeArg>,
+    /// User sandboxed commands run as when the server is root [default: nobody]
+    #[arg(long = "sandbox-user", env = "SKILLHOST_SANDBOX_USER")]
+    pub sandbox_user: Option<String>,
+    /// Folder of sandbox profiles [default: the profiles built into skillhost]
+    #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES")]
+    pub sandbox_profiles: Option<PathBuf>,
+    /// Where request workspaces and artifacts live [default: the system temp folder]
+    #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR")]
+    pub workspace_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxModeArg {
+    Required,
+    Preferred,
+    Off,
+}
+
+/// How commands run, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecConfig {
+    pub code_exec: bool,
+    pub code_network: bool,
+    pub code_unconfined: bool,
+    pub skills_network: bool,
+    pub mode: SandboxModeArg,
+    pub sandbox_user: String,
+    pub sandbox_profiles: Option<PathBuf>,
+    pub workspace_dir: PathBuf,
+}
+
+impl Default for ExecConfig {
+    /// Code execution off; skill scripts, when allowed, run in the required
+    /// sandbox as `nobody` with workspaces under the system temp directory.
+    fn default() -> Self {
+        ExecConfig {
+            code_exec: false,
+            code_network: false,
+            code_unconfined: false,
+            skills_network: false,
+            mode: SandboxModeArg::Required,
+            sandbox_user: "nobody".into(),
+            sandbox_profiles: None,
+            workspace_dir: std::env::temp_dir(),
+        }
+    }
 }
 
 /// One config file, as written.
@@ -149,6 +216,15 @@ struct RawConfig {
     skills_max_rounds: Option<u32>,
     skills_allow_exec: Option<bool>,
     inline_selected_bodies: Option<bool>,
+    code_exec: Option<bool>,
+    code_exec_allow_network: Option<bool>,
+    code_exec_unconfined: Option<bool>,
+    code_exec_temperature: Option<f32>,
+    skills_allow_network: Option<bool>,
+    skills_sandbox: Option<SandboxModeArg>,
+    sandbox_user: Option<String>,
+    sandbox_profiles: Option<PathBuf>,
+    workspace_dir: Option<PathBuf>,
 }
 
 /// The validated configuration of `skillhost serve`.
@@ -161,6 +237,7 @@ pub struct ServeConfig {
     /// `None` with `--no-skills`.
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
+    pub exec: ExecConfig,
 }
 
 /// A configuration that cannot be used; the message names the flag or key.
@@ -192,6 +269,15 @@ fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
             skills_max_rounds: raw.skills_max_rounds.or(file.skills_max_rounds),
             skills_allow_exec: raw.skills_allow_exec.or(file.skills_allow_exec),
             inline_selected_bodies: raw.inline_selected_bodies.or(file.inline_selected_bodies),
+            code_exec: raw.code_exec.or(file.code_exec),
+            code_exec_allow_network: raw.code_exec_allow_network.or(file.code_exec_allow_network),
+            code_exec_unconfined: raw.code_exec_unconfined.or(file.code_exec_unconfined),
+            code_exec_temperature: raw.code_exec_temperature.or(file.code_exec_temperature),
+            skills_allow_network: raw.skills_allow_network.or(file.skills_allow_network),
+            skills_sandbox: raw.skills_sandbox.or(file.skills_sandbox),
+            sandbox_user: raw.sandbox_user.or(file.sandbox_user),
+            sandbox_profiles: raw.sandbox_profiles.map(|d| base.join(d)).or(file.sandbox_profiles),
+            workspace_dir: raw.workspace_dir.map(|d| base.join(d)).or(file.workspace_dir),
         };
     }
     Ok(file)
@@ -280,7 +366,9 @@ impl ServeArgs {
         if threads == Some(0) {
             return Err(ConfigError("--threads must be at least 1".into()));
         }
-        let max_rounds = self.skills_max_rounds.or(file.skills_max_rounds).unwrap_or(DEFAULT_MAX_ROUNDS);
+        let code_exec = self.code_exec || file.code_exec.unwrap_or(false);
+        let default_rounds = if code_exec { DEFAULT_CODE_ROUNDS } else { DEFAULT_MAX_ROUNDS };
+        let max_rounds = self.skills_max_rounds.or(file.skills_max_rounds).unwrap_or(default_rounds);
         if !(MIN_ROUNDS..=MAX_ROUNDS).contains(&max_rounds) {
             return Err(ConfigError(format!(
                 "--skills-max-rounds must be between {MIN_ROUNDS} and {MAX_ROUNDS}, got {max_rounds}"
@@ -291,6 +379,27 @@ impl ServeArgs {
             discovery: !(self.skills_no_discovery || file.skills_no_discovery.unwrap_or(false)),
             inline_selected_bodies: self.inline_selected_bodies || file.inline_selected_bodies.unwrap_or(false),
             allow_exec: self.skills_allow_exec || file.skills_allow_exec.unwrap_or(false),
+            code_temperature: self.code_exec_temperature.or(file.code_exec_temperature),
+        };
+        if let Some(t) = loop_settings.code_temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(ConfigError(format!("--code-exec-temperature must be between 0 and 2, got {t}")));
+            }
+        }
+        if let Some(dir) = &self.sandbox_profiles.clone().or(file.sandbox_profiles.clone()) {
+            if !dir.is_dir() {
+                return Err(ConfigError(format!("--sandbox-profiles: the directory {} does not exist", dir.display())));
+            }
+        }
+        let exec = ExecConfig {
+            code_exec,
+            code_network: self.code_exec_allow_network || file.code_exec_allow_network.unwrap_or(false),
+            code_unconfined: self.code_exec_unconfined || file.code_exec_unconfined.unwrap_or(false),
+            skills_network: self.skills_allow_network || file.skills_allow_network.unwrap_or(false),
+            mode: self.skills_sandbox.or(file.skills_sandbox).unwrap_or(SandboxModeArg::Required),
+            sandbox_user: self.sandbox_user.clone().or(file.sandbox_user.clone()).unwrap_or_else(|| "nobody".into()),
+            sandbox_profiles: self.sandbox_profiles.clone().or(file.sandbox_profiles.clone()),
+            workspace_dir: self.workspace_dir.clone().or(file.workspace_dir.clone()).unwrap_or_else(std::env::temp_dir),
         };
         Ok(ServeConfig {
             host: self.host.or(file.host).unwrap_or(DEFAULT_HOST),
@@ -299,6 +408,7 @@ impl ServeArgs {
             engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
             skills,
             loop_settings,
+            exec,
         })
     }
 }
@@ -362,6 +472,7 @@ mod tests {
                 },
                 skills: None,
                 loop_settings: LoopSettings::default(),
+                exec: ExecConfig::default(),
             }
         );
     }

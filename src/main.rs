@@ -5,6 +5,7 @@
 //!   any runtime or thread exists, then starts the actors and the HTTP server.
 //! - [`config`]: flags, environment and config files into a `ServeConfig`.
 //! - [`list_skills`]: `skillhost list-skills`, the registry for operators.
+//! - [`patch_cli`]: `skillhost apply-patch`, the patch tool outside a chat.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
 //! - [`sched`]: keeps the server's own threads from preempting decoding.
 //!
@@ -13,6 +14,7 @@
 mod config;
 mod http;
 mod list_skills;
+mod patch_cli;
 mod sandbox_cli;
 mod sandbox_exec;
 mod sched;
@@ -26,7 +28,12 @@ use skillhost_actors::model::ModelSource;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
-use config::{Cli, Command, LogFormat, ServeConfig};
+use config::{Cli, Command, LogFormat, SandboxModeArg, ServeConfig};
+use skillhost_actors::artifacts::ArtifactStore;
+use skillhost_actors::sandbox::doctor;
+use skillhost_actors::sandbox::launch::SandboxMode;
+use skillhost_actors::sandbox::tools::ExecSettings;
+use skillhost_actors::sandbox::ExecRuntime;
 
 /// Log filter when `RUST_LOG` is not set: llama.cpp's own load-time chatter
 /// (a hundred lines of tensor and buffer details) only shows when asked for.
@@ -64,6 +71,20 @@ fn main() -> ExitCode {
             Err(err) => {
                 eprintln!("error: {err}");
                 ExitCode::FAILURE
+            }
+        },
+        Command::ApplyPatch(args) => match patch_cli::run(&args, std::io::stdin().lock()) {
+            Ok((text, applied)) => {
+                println!("{text}");
+                if applied {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(2)
             }
         },
         Command::ListSkills(args) => match args.resolve() {
@@ -127,11 +148,60 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Sets up process execution when code execution or skill scripts are on:
+/// the helper, a trial run that decides what this host confines (logged,
+/// and named in every command result), workspaces and artifacts.
+async fn exec_runtime(config: &ServeConfig) -> Result<Option<std::sync::Arc<ExecRuntime>>, String> {
+    let exec = &config.exec;
+    if !exec.code_exec && !config.loop_settings.allow_exec {
+        return Ok(None);
+    }
+    let launcher = sandbox_cli::launcher(exec.sandbox_profiles.clone(), &exec.sandbox_user)?;
+    let base = exec.workspace_dir.join(format!("skillhost-{}", std::process::id()));
+    let workspace_base = base.join("workspaces");
+    std::fs::create_dir_all(&workspace_base)
+        .map_err(|err| format!("--workspace-dir: cannot create {}: {err}", workspace_base.display()))?;
+    let artifacts = ArtifactStore::new(&base.join("artifacts"))
+        .map_err(|err| format!("cannot create the artifact store: {err}"))?;
+    let owner = skillhost_actors::workspace::sandbox_owner(&exec.sandbox_user);
+    let scratch = skillhost_actors::workspace::Workspace::create(&workspace_base, owner)
+        .map_err(|err| format!("cannot create a scratch workspace: {err}"))?;
+    let checks = doctor::checks(&launcher, scratch.root()).await;
+    let unavailable = checks.first().filter(|c| !c.kept).map(|c| c.detail.clone());
+    for check in &checks {
+        if check.kept {
+            tracing::info!("sandbox: {}", check.what);
+        } else {
+            tracing::warn!("sandbox: NOT {} ({})", check.what, check.detail);
+        }
+    }
+    let mode = match exec.mode {
+        SandboxModeArg::Required => SandboxMode::Required,
+        SandboxModeArg::Preferred => SandboxMode::Preferred,
+        SandboxModeArg::Off => SandboxMode::Off,
+    };
+    if unavailable.is_some() && mode == SandboxMode::Required {
+        tracing::warn!("this host cannot confine commands; with --skills-sandbox required, shell and skills_run will refuse to run");
+    }
+    let settings = ExecSettings {
+        launcher,
+        mode,
+        unavailable,
+        shell_unconfined: exec.code_unconfined,
+        shell_network: exec.code_network,
+        skills_network: exec.skills_network,
+        gaps: doctor::gaps_line(&checks),
+    };
+    Ok(Some(std::sync::Arc::new(ExecRuntime { settings, workspace_base, owner, artifacts, code_exec: exec.code_exec })))
+}
+
 async fn serve(config: ServeConfig) -> Result<(), String> {
+    let exec = exec_runtime(&config).await?;
     let server = Server::start(ServerConfig {
         model: ModelSource::Load(config.engine.clone()),
         skills: config.skills.clone(),
         loop_settings: config.loop_settings,
+        exec,
     })
     .await?;
     if let Some(skills) = server.skills() {

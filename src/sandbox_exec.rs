@@ -96,7 +96,7 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     if let Some(skill) = &args.skill {
         allow(Exception::Read(skill.clone()))?;
     }
-    for name in PASSED_ENVIRONMENT.iter().chain(&["HOME", "PWD", "TMPDIR"]) {
+    for name in PASSED_ENVIRONMENT.iter().chain(&["HOME", "PWD", "TMPDIR", "PYTHONDONTWRITEBYTECODE"]) {
         allow(Exception::Environment(name.to_string()))?;
     }
     if args.allow_network {
@@ -129,6 +129,11 @@ fn prepare_environment(workspace: &Path, temp: &Path) {
     std::env::set_var("HOME", workspace);
     std::env::set_var("PWD", workspace);
     std::env::set_var("TMPDIR", temp);
+    // Python keys its cached bytecode on the source's mtime in whole seconds
+    // and its size, so a same-size edit within a second of the last run
+    // would execute the old code. Writing no cache also keeps __pycache__
+    // out of the workspace and its artifacts.
+    std::env::set_var("PYTHONDONTWRITEBYTECODE", "1");
 }
 
 fn set_limits(limits: &Limits) -> Result<(), String> {

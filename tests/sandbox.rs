@@ -124,9 +124,16 @@ fn hostile_scripts_end_as_the_table_says() {
 fn tmp_is_private_and_background_children_die_with_the_call() {
     let setup = setup();
     let marker = format!("skillhost-sandbox-{}", std::process::id());
-    let (code, _, stderr) = sandboxed(&setup, "code-exec", &["/bin/bash", "-c", &format!("echo x > /tmp/{marker} && test -f /tmp/{marker}")]);
+    let (code, _, stderr) = sandboxed(
+        &setup,
+        "code-exec",
+        &["/bin/bash", "-c", &format!("echo x > /tmp/{marker} && test -f /tmp/{marker}")],
+    );
     assert_eq!(code, 0, "{stderr}");
-    assert!(!Path::new(&format!("/tmp/{marker}")).exists(), "a file written to /tmp inside the sandbox is visible on the host");
+    assert!(
+        !Path::new(&format!("/tmp/{marker}")).exists(),
+        "a file written to /tmp inside the sandbox is visible on the host"
+    );
 
     let (code, stdout, _) = sandboxed(&setup, "code-exec", &["/bin/bash", "-c", "sleep 300 & echo $!"]);
     assert_eq!(code, 0);

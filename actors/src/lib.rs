@@ -12,6 +12,7 @@
 //!   actor, ZIP installs.
 //! - [`server`]: the handle the HTTP layer holds.
 
+pub mod artifacts;
 pub mod chat_loop;
 pub mod model;
 pub mod request;

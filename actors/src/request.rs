@@ -19,6 +19,8 @@ pub struct ChatRequest {
     pub skills: Vec<String>,
     /// Whether unselected skills are advertised; `None` uses the server's setting.
     pub skills_discovery: Option<bool>,
+    /// The client chose the temperature (so server-side defaults leave it).
+    pub temperature_set: bool,
 }
 
 /// Why a request ended without an answer.
@@ -64,6 +66,28 @@ pub struct SkillStep {
     pub round: u32,
 }
 
+/// Where a code tool call stands, for the Web UI's activity panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolPhase {
+    Writing,
+    Running,
+    Finished,
+}
+
+/// Progress of one code tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolProgress {
+    pub phase: ToolPhase,
+    pub tool: String,
+    /// A path or a command, shortened.
+    pub detail: String,
+    /// The run whose artifacts hold the produced files.
+    pub run_id: String,
+    /// Files produced (on `Finished`).
+    pub files: Vec<crate::artifacts::Artifact>,
+    pub round: u32,
+}
+
 /// What one round of the loop cost.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RoundStats {
@@ -85,6 +109,8 @@ pub enum ChatEvent {
     Content(String),
     /// A skill tool call was answered in process.
     SkillStep(SkillStep),
+    /// A code tool call is writing, running or done.
+    ToolProgress(ToolProgress),
     /// The calls the model made to the caller's tools, complete, with unique ids.
     ToolCalls(Vec<ToolCall>),
     /// `timings` are the last round's; `rounds` has every round.

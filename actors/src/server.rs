@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::chat_loop::{LoopMsg, LoopSettings};
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
+use crate::sandbox::ExecRuntime;
 use crate::skills::actor::SkillsMsg;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
@@ -29,6 +30,7 @@ pub struct Server {
     supervisor: ActorRef<SupervisorMsg>,
     status: watch::Receiver<ModelStatus>,
     skills: Option<SkillsHandle>,
+    exec: Option<Arc<ExecRuntime>>,
 }
 
 /// What the server is started with.
@@ -38,12 +40,14 @@ pub struct ServerConfig {
     /// `None` turns skills off (`--no-skills`).
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
+    /// Process execution and artifacts; `None` when nothing may run.
+    pub exec: Option<Arc<ExecRuntime>>,
 }
 
 impl ServerConfig {
     /// A server for a model file, with default loop settings.
     pub fn new(engine: EngineConfig, skills: Option<SkillsConfig>) -> Self {
-        ServerConfig { model: ModelSource::Load(engine), skills, loop_settings: LoopSettings::default() }
+        ServerConfig { model: ModelSource::Load(engine), skills, loop_settings: LoopSettings::default(), exec: None }
     }
 }
 
@@ -112,8 +116,12 @@ pub struct ChatStream {
 }
 
 impl Drop for ChatStream {
+    /// Killed, not stopped: a stop would wait for a running tool call (a
+    /// shell command can take minutes). Killing drops the loop's state, which
+    /// kills its command's process group, aborts its engine relay and deletes
+    /// its workspace.
     fn drop(&mut self) {
-        self.actor.stop(Some("the HTTP request ended".into()));
+        self.actor.kill();
     }
 }
 
@@ -133,13 +141,19 @@ impl Server {
         let args = SupervisorArgs {
             engine: config.model,
             loop_settings: config.loop_settings,
+            exec: config.exec.clone(),
             status: status_tx,
             skills: skills_args,
         };
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
         let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });
-        Ok(Server { supervisor, status, skills })
+        Ok(Server { supervisor, status, skills, exec: config.exec })
+    }
+
+    /// Process execution and artifacts, when offered.
+    pub fn exec(&self) -> Option<&Arc<ExecRuntime>> {
+        self.exec.as_ref()
     }
 
     /// The skills registry, when skills are on.

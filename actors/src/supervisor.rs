@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
 use crate::model::{ModelActor, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
+use crate::sandbox::ExecRuntime;
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
 use crate::skills::{SkillsConfig, Snapshot};
 
@@ -36,6 +37,8 @@ pub struct SupervisorArgs {
     pub engine: ModelSource,
     /// How every request's loop runs.
     pub loop_settings: LoopSettings,
+    /// Process execution and artifacts, when offered.
+    pub exec: Option<Arc<ExecRuntime>>,
     pub status: watch::Sender<ModelStatus>,
     /// The skills registry's setup and the channel its snapshots go out on;
     /// `None` with `--no-skills`.
@@ -63,6 +66,7 @@ pub enum SupervisorMsg {
 pub struct SupervisorState {
     engine: ModelSource,
     loop_settings: LoopSettings,
+    exec: Option<Arc<ExecRuntime>>,
     /// Published model status.
     status: watch::Sender<ModelStatus>,
     /// The running model actor, when a model is loaded.
@@ -90,6 +94,7 @@ impl Actor for Supervisor {
         let mut state = SupervisorState {
             engine: args.engine,
             loop_settings: args.loop_settings,
+            exec: args.exec,
             status: args.status,
             model: None,
             restarts: Vec::new(),
@@ -246,7 +251,7 @@ async fn start_chat(
     let backend = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
         .map_err(|_| unavailable(&state.status.borrow()))?;
     let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
-    let args = LoopArgs { request, backend, skills, settings: state.loop_settings, events };
+    let args = LoopArgs { request, backend, skills, settings: state.loop_settings, exec: state.exec.clone(), events };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
         .await
         .map_err(|err| ChatError::Engine(format!("cannot start the request: {err}")))?;

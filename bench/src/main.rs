@@ -10,7 +10,9 @@
 //!    tokens that turn added.
 //!
 //! Before those, the skills registry: scan time for 10, 100 and 512
-//! generated skills, cold and warm, and ZIP install throughput.
+//! generated skills, cold and warm, and ZIP install throughput; then code
+//! execution: a sandboxed `true` over a plain one, and `apply_patch` on a
+//! 10,000-line file with 50 hunks.
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -18,6 +20,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
+mod exec;
 mod skills;
 
 use std::io::{BufRead, BufReader};
@@ -258,14 +261,20 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills` or `skillhost-bench model` runs one half.
+    // `skillhost-bench skills`, `exec` or `model` runs one part.
     let only = std::env::args().nth(1);
-    if only.as_deref() != Some("model") {
+    let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if wanted("skills") {
         println!("skills registry and installs:");
         skills::run();
         println!();
     }
-    if only.as_deref() == Some("skills") {
+    if wanted("exec") {
+        println!("code execution:");
+        exec::run();
+        println!();
+    }
+    if !wanted("model") {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;

@@ -650,6 +650,9 @@ impl<'m> Executor<'m> {
     /// cache for the next request.
     fn finish(&mut self, index: usize, reason: FinishReason) {
         let Some(mut active) = self.slots[index].release() else { return };
+        // Before the client hears of the end, so /metrics read after a
+        // response never counts its slot as busy.
+        self.publish_stats();
         let rest = active.text.finish();
         if !rest.is_empty() {
             let _ = active.events.send(GenerationEvent::Text(rest));

@@ -156,6 +156,7 @@ async fn collect(
     let mut content = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut first = true;
+    let mut artifacts: Vec<Value> = Vec::new();
     while let Some(event) = peer.next_event(&mut chat).await {
         match event {
             ChatEvent::Accepted => {}
@@ -168,6 +169,13 @@ async fn collect(
             }
             ChatEvent::ToolCalls(new_calls) => calls.extend(new_calls),
             ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
+            ChatEvent::ToolProgress(progress) => {
+                for file in progress.files {
+                    let url = crate::http::artifacts::artifact_url(&progress.run_id, &file.path);
+                    artifacts.retain(|a| a["url"] != url.as_str());
+                    artifacts.push(json!({"path": file.path, "bytes": file.bytes, "url": url}));
+                }
+            }
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 state.metrics.finished(usage.prompt_tokens, &timings);
                 let mut message = json!({"role": "assistant", "content": content});
@@ -177,7 +185,7 @@ async fn collect(
                     }
                     message["tool_calls"] = tool_calls_json(&calls);
                 }
-                return Ok(HttpResponse::Ok().json(json!({
+                let mut body = json!({
                     "id": meta.id,
                     "object": "chat.completion",
                     "created": meta.created,
@@ -187,7 +195,12 @@ async fn collect(
                     "usage": usage_json(&usage, &timings),
                     "timings": timings_json(&timings),
                     "rounds": rounds_json(&rounds),
-                })));
+                });
+                // Only runs that produced files carry the field.
+                if !artifacts.is_empty() {
+                    body["artifacts"] = Value::Array(artifacts);
+                }
+                return Ok(HttpResponse::Ok().json(body));
             }
             ChatEvent::Failed(err) => return Err(err.into()),
         }
@@ -283,6 +296,7 @@ impl SseState {
             }
             // Only standard chunks travel on the OpenAI stream.
             ChatEvent::SkillStep(step) => self.app.metrics.skill_step(&step),
+            ChatEvent::ToolProgress(_) => {}
             ChatEvent::Finished { finish, usage, timings, rounds: _ } => self.finish(finish, usage, timings),
             ChatEvent::Failed(err) => self.fail(&err.into()),
         }

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes, wire formats and error mapping. Only this module
 //! knows the JSON shapes clients speak.
 
+pub mod artifacts;
 pub mod body;
 pub mod chat;
 pub mod error;
@@ -67,6 +68,16 @@ pub fn configure(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/api/code/artifacts/{run_id}")
+                .route(web::get().to(artifacts::list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/code/artifacts/{run_id}/{path:.*}")
+                .route(web::get().to(artifacts::download))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/health")
                 .route(web::get().to(ops::health))
                 .default_service(web::to(ops::method_not_allowed)),
@@ -84,3 +95,6 @@ mod tests;
 
 #[cfg(test)]
 mod scenarios;
+
+#[cfg(test)]
+mod code_tests;

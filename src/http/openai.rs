@@ -430,6 +430,7 @@ impl ChatCompletionRequest {
                 stop,
                 skills: self.skills,
                 skills_discovery: self.skills_discovery,
+                temperature_set: temperature.is_some(),
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),

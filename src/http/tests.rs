@@ -287,8 +287,12 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         watch: false,
     };
     let engine = EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel: 1, n_threads: None };
-    let config =
-        ServerConfig { model: ModelSource::Load(engine), skills: Some(skills), loop_settings: Default::default() };
+    let config = ServerConfig {
+        model: ModelSource::Load(engine),
+        skills: Some(skills),
+        loop_settings: Default::default(),
+        exec: None,
+    };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
     let state = web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 });

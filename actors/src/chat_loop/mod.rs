@@ -20,14 +20,22 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::model::ModelBackend;
-use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, RoundStats, SkillStep, Usage};
+use crate::request::{
+    ChatError, ChatEvent, ChatFinish, ChatRequest, RoundStats, SkillStep, ToolPhase, ToolProgress, Usage,
+};
+use crate::sandbox::tools::{run_script, shell, ShellMemory};
+use crate::sandbox::ExecRuntime;
 use crate::skills::prompt::{self, PromptOptions};
 use crate::skills::tools::{self, ToolContext};
 use crate::skills::Snapshot;
+use crate::workspace::{self, files, Workspace};
 use output::RoundOutput;
 
 /// Rounds per turn unless the operator says otherwise.
 pub const DEFAULT_MAX_ROUNDS: u32 = 8;
+/// Rounds per turn with code execution: one fix is a write, a run, a read
+/// of the traceback and a patch.
+pub const DEFAULT_CODE_ROUNDS: u32 = 24;
 /// The range `--skills-max-rounds` accepts.
 pub const MIN_ROUNDS: u32 = 1;
 pub const MAX_ROUNDS: u32 = 64;
@@ -38,13 +46,15 @@ pub const MAX_SKILL_CALLS_PER_ROUND: usize = 8;
 pub const ROOT_AGENT: &str = "/root";
 
 /// Server-wide loop settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoopSettings {
     pub max_rounds: u32,
     /// Advertise unselected skills unless a request says otherwise.
     pub discovery: bool,
     pub inline_selected_bodies: bool,
     pub allow_exec: bool,
+    /// Temperature for code turns whose request left it at the default.
+    pub code_temperature: Option<f32>,
 }
 
 impl Default for LoopSettings {
@@ -54,11 +64,22 @@ impl Default for LoopSettings {
             discovery: true,
             inline_selected_bodies: false,
             allow_exec: false,
+            code_temperature: None,
         }
     }
 }
 
 pub struct LoopActor;
+
+/// A task aborted when its handle is dropped: a killed loop must not leave
+/// its relay (and so its engine sequence) running.
+pub struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 pub struct LoopArgs {
     pub request: ChatRequest,
@@ -66,6 +87,8 @@ pub struct LoopArgs {
     /// The registry at the time the request arrived; `None` with skills off.
     pub skills: Option<Arc<Snapshot>>,
     pub settings: LoopSettings,
+    /// Process execution and artifacts, when the server offers them.
+    pub exec: Option<Arc<ExecRuntime>>,
     pub events: mpsc::UnboundedSender<ChatEvent>,
 }
 
@@ -83,9 +106,9 @@ pub struct LoopState {
     backend: Arc<dyn ModelBackend>,
     /// Where the HTTP handler reads this request's events.
     events: mpsc::UnboundedSender<ChatEvent>,
-    /// Relays engine events into this actor's mailbox; aborting it drops the
-    /// engine receiver, which cancels the sequence.
-    relay: Option<JoinHandle<()>>,
+    /// Relays engine events into this actor's mailbox; aborting it (also by
+    /// dropping it) drops the engine receiver, which cancels the sequence.
+    relay: Option<AbortOnDrop>,
     /// The current round's output.
     output: RoundOutput,
     /// The request's messages with the skills block applied.
@@ -107,6 +130,15 @@ pub struct LoopState {
     usage: Usage,
     rounds: Vec<RoundStats>,
     n_prompt: usize,
+    exec: Option<Arc<ExecRuntime>>,
+    /// The request's private folder; deleted when the loop stops, whatever
+    /// ended it (answer, error, rejection, client disconnect).
+    workspace: Option<Workspace>,
+    /// The code tools are declared.
+    code_tools: bool,
+    shell_memory: ShellMemory,
+    /// Artifacts of this request are stored under this id.
+    run_id: String,
 }
 
 impl LoopState {
@@ -139,12 +171,38 @@ fn chat_error(err: EngineError) -> ChatError {
 
 /// Builds what the loop needs from the request, the registry and the model.
 fn prepare_state(args: LoopArgs) -> LoopState {
-    let LoopArgs { request, backend, skills, settings, events } = args;
+    let LoopArgs { mut request, backend, skills, settings, exec, events } = args;
     let capabilities = backend.info().format.capabilities().clone();
     let caller_tools: HashSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
     let mut tools = request.tools.clone();
     let mut skill_tools = None;
     let mut base_messages = request.messages.clone();
+    let mut extra_prompt = None;
+    // A workspace for the code tools, shared by all rounds of the request.
+    // Skill scripts without code tools get a scratch folder per call instead.
+    let workspace = exec.as_ref().filter(|e| e.code_exec).and_then(|e| {
+        Workspace::create(&e.workspace_base, e.owner)
+            .map_err(
+                |err| tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
+            )
+            .ok()
+    });
+    let code_tools = capabilities.tools && workspace.is_some() && exec.as_ref().is_some_and(|e| e.code_exec);
+    if code_tools {
+        // The operator's code temperature replaces only a temperature the
+        // request left at the default; an explicit client value wins.
+        if let (Some(temperature), false) = (settings.code_temperature, request.temperature_set) {
+            request.sampling.temperature = temperature;
+        }
+        for declaration in workspace::declarations() {
+            if caller_tools.contains(&declaration.name) {
+                tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a code tool; the caller's wins");
+                continue;
+            }
+            tools.push(declaration);
+        }
+        extra_prompt = Some(workspace::CODE_PROMPT.to_string());
+    }
     if let Some(snapshot) = skills {
         let options = PromptOptions {
             discovery: request.skills_discovery.unwrap_or(settings.discovery),
@@ -165,8 +223,16 @@ fn prepare_state(args: LoopArgs) -> LoopState {
                 }
                 tools.push(declaration);
             }
-            skill_tools = Some(ToolContext { snapshot, reachable: block.reachable, allow_exec: settings.allow_exec });
+            skill_tools = Some(ToolContext {
+                snapshot,
+                reachable: block.reachable,
+                allow_exec: settings.allow_exec && exec.is_some(),
+            });
         }
+    }
+    if let Some(text) = extra_prompt {
+        let block = prompt::Block { text, ..prompt::Block::default() };
+        base_messages = prompt::apply_after(&base_messages, &block);
     }
     LoopState {
         request,
@@ -186,6 +252,11 @@ fn prepare_state(args: LoopArgs) -> LoopState {
         usage: Usage::default(),
         rounds: Vec::new(),
         n_prompt: 0,
+        exec,
+        workspace,
+        code_tools,
+        shell_memory: ShellMemory::default(),
+        run_id: format!("run-{}", output::new_call_id().trim_start_matches("call_")),
     }
 }
 
@@ -200,9 +271,7 @@ impl Actor for LoopActor {
     }
 
     async fn post_stop(&self, _myself: ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
-        if let Some(relay) = state.relay.take() {
-            relay.abort();
-        }
+        state.relay = None;
         Ok(())
     }
 
@@ -308,7 +377,7 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
     }
     let mut events = submitted.events;
     let relay_to = myself.clone();
-    state.relay = Some(tokio::spawn(async move {
+    state.relay = Some(AbortOnDrop(tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             let last = matches!(event, GenerationEvent::Finished { .. } | GenerationEvent::Failed(_));
             if relay_to.cast(LoopMsg::Generated(event)).is_err() || last {
@@ -316,7 +385,7 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
             }
         }
         let _ = relay_to.cast(LoopMsg::EngineGone);
-    }));
+    })));
     Ok(())
 }
 
@@ -353,8 +422,9 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         return false;
     }
 
+    let answers_ours = state.skill_tools.is_some() || state.code_tools;
     let (caller_calls, ours): (Vec<ToolCall>, Vec<ToolCall>) =
-        end.calls.into_iter().partition(|call| state.caller_tools.contains(&call.name) || state.skill_tools.is_none());
+        end.calls.into_iter().partition(|call| state.caller_tools.contains(&call.name) || !answers_ours);
     if ours.is_empty() && caller_calls.is_empty() {
         let finish_reason = match reason {
             FinishReason::Stop => ChatFinish::Stop,
@@ -396,55 +466,195 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     true
 }
 
-/// Answers our calls (at most [`MAX_SKILL_CALLS_PER_ROUND`]) off the actor's
-/// thread and reports each as a step.
-async fn answer_calls(state: &LoopState, calls: &[ToolCall]) -> Vec<String> {
-    let Some(context) = state.skill_tools.clone() else {
-        return Vec::new();
-    };
-    let batch: Vec<ToolCall> = calls.to_vec();
+/// Answers our calls (at most [`MAX_SKILL_CALLS_PER_ROUND`] per round) and
+/// reports each one; filesystem work runs on blocking threads.
+async fn answer_calls(state: &mut LoopState, calls: &[ToolCall]) -> Vec<String> {
     let offered: Vec<String> = state.tools.iter().map(|t| t.name.clone()).collect();
-    let answered = tokio::task::spawn_blocking(move || {
-        batch
-            .iter()
-            .enumerate()
-            .map(|(index, call)| {
-                if index >= MAX_SKILL_CALLS_PER_ROUND {
-                    return tools::Outcome {
-                        text: format!(
-                            "Not run: only {MAX_SKILL_CALLS_PER_ROUND} skill tool calls are answered per round. Ask again in your next turn if you still need it."
-                        ),
-                        ok: false,
-                        skill: None,
-                        detail: None,
-                    };
-                }
-                if !tools::is_skill_tool(&call.name) {
-                    return tools::Outcome {
-                        text: format!("There is no tool called '{}'. The tools you have are: {}.", call.name, offered.join(", ")),
-                        ok: false,
-                        skill: None,
-                        detail: None,
-                    };
-                }
-                tools::execute(&context, call)
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_default();
-    let mut texts = Vec::with_capacity(answered.len());
-    for (call, outcome) in calls.iter().zip(answered) {
-        tracing::info!(tool = %call.name, skill = ?outcome.skill, detail = ?outcome.detail, ok = outcome.ok, round = state.round, "skill tool answered");
-        state.emit(ChatEvent::SkillStep(SkillStep {
-            agent_id: ROOT_AGENT.into(),
-            tool: call.name.clone(),
-            skill: outcome.skill,
-            detail: outcome.detail,
-            ok: outcome.ok,
-            round: state.round,
-        }));
+    let mut texts = Vec::with_capacity(calls.len());
+    for (index, call) in calls.iter().enumerate() {
+        let outcome = if index >= MAX_SKILL_CALLS_PER_ROUND {
+            tools::Outcome {
+                text: format!(
+                    "Not run: only {MAX_SKILL_CALLS_PER_ROUND} tool calls are answered per round. Ask again in your next turn if you still need it."
+                ),
+                ok: false,
+                skill: None,
+                detail: None,
+            }
+        } else if state.code_tools && workspace::is_code_tool(&call.name) {
+            answer_code_call(state, call).await
+        } else if call.name == tools::SKILLS_RUN && state.skill_tools.is_some() {
+            answer_script_call(state, call).await
+        } else if tools::is_skill_tool(&call.name) && state.skill_tools.is_some() {
+            let context = state.skill_tools.clone();
+            let call = call.clone();
+            tokio::task::spawn_blocking(move || context.map(|c| tools::execute(&c, &call)))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| tools::Outcome {
+                    text: "The tool failed unexpectedly.".into(),
+                    ok: false,
+                    skill: None,
+                    detail: None,
+                })
+        } else {
+            tools::Outcome {
+                text: format!(
+                    "There is no tool called '{}'. The tools you have are: {}.",
+                    call.name,
+                    offered.join(", ")
+                ),
+                ok: false,
+                skill: None,
+                detail: None,
+            }
+        };
+        tracing::info!(tool = %call.name, skill = ?outcome.skill, detail = ?outcome.detail, ok = outcome.ok, round = state.round, "tool answered");
+        if tools::is_skill_tool(&call.name) {
+            state.emit(ChatEvent::SkillStep(SkillStep {
+                agent_id: ROOT_AGENT.into(),
+                tool: call.name.clone(),
+                skill: outcome.skill,
+                detail: outcome.detail,
+                ok: outcome.ok,
+                round: state.round,
+            }));
+        }
         texts.push(outcome.text);
     }
     texts
+}
+
+fn call_arguments(call: &ToolCall) -> serde_json::Map<String, serde_json::Value> {
+    let mut value: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+    if let serde_json::Value::String(text) = &value {
+        value = serde_json::from_str(text).unwrap_or_default();
+    }
+    value.as_object().cloned().unwrap_or_default()
+}
+
+fn progress(state: &LoopState, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::artifacts::Artifact>) {
+    let detail: String = detail.chars().take(120).collect();
+    state.emit(ChatEvent::ToolProgress(ToolProgress {
+        phase,
+        tool: tool.to_string(),
+        detail,
+        run_id: state.run_id.clone(),
+        files,
+        round: state.round,
+    }));
+}
+
+/// Copies what changed in the workspace since `since` into the artifacts.
+async fn collect_artifacts(
+    state: &LoopState,
+    root: &std::path::Path,
+    since: std::time::SystemTime,
+) -> Vec<crate::artifacts::Artifact> {
+    let Some(exec) = &state.exec else { return Vec::new() };
+    let store = exec.artifacts.clone();
+    let run_id = state.run_id.clone();
+    let root = root.to_path_buf();
+    tokio::task::spawn_blocking(move || store.collect(&run_id, &root, since)).await.unwrap_or_default()
+}
+
+async fn answer_code_call(state: &mut LoopState, call: &ToolCall) -> tools::Outcome {
+    let Some(root) = state.workspace.as_ref().map(|w| w.root().to_path_buf()) else {
+        return tools::Outcome {
+            text: "There is no working folder for this request.".into(),
+            ok: false,
+            skill: None,
+            detail: None,
+        };
+    };
+    let args = call_arguments(call);
+    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let name = call.name.as_str();
+    let (text, ok) = if name == workspace::SHELL {
+        let Some(exec) = state.exec.clone() else {
+            return tools::Outcome {
+                text: "Commands cannot run on this server.".into(),
+                ok: false,
+                skill: None,
+                detail: None,
+            };
+        };
+        let command = args.get("command").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let timeout =
+            args.get("timeout_ms").and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())));
+        progress(state, ToolPhase::Running, name, &command, Vec::new());
+        let outcome = shell(&exec.settings, &root, &mut state.shell_memory, &command, timeout).await;
+        (outcome.text, outcome.ok)
+    } else {
+        let path = args.get("path").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        if name != workspace::READ_FILE {
+            progress(state, ToolPhase::Writing, name, &path, Vec::new());
+        }
+        let tool = name.to_string();
+        let work_root = root.clone();
+        let outcome = tokio::task::spawn_blocking(move || match tool.as_str() {
+            workspace::READ_FILE => files::read_file(&work_root, &args),
+            workspace::WRITE_FILE => files::write_file(&work_root, &args),
+            workspace::APPLY_PATCH => files::apply_patch(&work_root, &args),
+            _ => files::edit_file(&work_root, &args),
+        })
+        .await
+        .unwrap_or_else(|_| files::FileOutcome {
+            text: "The tool failed unexpectedly.".into(),
+            ok: false,
+            written: Vec::new(),
+        });
+        if let Some(workspace) = &state.workspace {
+            for written in &outcome.written {
+                workspace.hand_over(&root.join(written));
+            }
+        }
+        if !outcome.written.is_empty() {
+            // The files changed, so a rerun of the failing command is a new try.
+            state.shell_memory.forget();
+        }
+        if name == workspace::READ_FILE {
+            return tools::Outcome { text: outcome.text, ok: outcome.ok, skill: None, detail: None };
+        }
+        (outcome.text, outcome.ok)
+    };
+    let produced = collect_artifacts(state, &root, since).await;
+    progress(state, ToolPhase::Finished, name, "", produced);
+    tools::Outcome { text, ok, skill: None, detail: None }
+}
+
+async fn answer_script_call(state: &mut LoopState, call: &ToolCall) -> tools::Outcome {
+    let Some(context) = state.skill_tools.clone() else {
+        return tools::Outcome { text: "No skills are available.".into(), ok: false, skill: None, detail: None };
+    };
+    let script = match tools::prepare_run(&context, call) {
+        Ok(script) => script,
+        Err(outcome) => return outcome,
+    };
+    let refused = |text: &str| tools::Outcome { text: text.into(), ok: false, skill: None, detail: None };
+    let Some(exec) = state.exec.clone() else { return refused("Scripts cannot run on this server.") };
+    // With code tools the script works in the request's workspace, so the
+    // model can use what it writes; otherwise in a scratch folder that is
+    // deleted (on drop) when this call ends.
+    let scratch = match &state.workspace {
+        Some(_) => None,
+        None => match Workspace::create(&exec.workspace_base, exec.owner) {
+            Ok(scratch) => Some(scratch),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot create a scratch folder for a skill script");
+                return refused("The script did not run: the server cannot create a working folder for it.");
+            }
+        },
+    };
+    let Some(root) = scratch.as_ref().or(state.workspace.as_ref()).map(|w| w.root().to_path_buf()) else {
+        return refused("Scripts cannot run on this server.");
+    };
+    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    progress(state, ToolPhase::Running, tools::SKILLS_RUN, &script.path, Vec::new());
+    let ran = run_script(&exec.settings, &script.skill.root, &script.path, &script.args, &root).await;
+    let produced = collect_artifacts(state, &root, since).await;
+    drop(scratch);
+    progress(state, ToolPhase::Finished, tools::SKILLS_RUN, &script.path, produced);
+    tools::Outcome { text: ran.text, ok: ran.ok, skill: Some(script.skill.id().to_string()), detail: Some(script.path) }
 }

@@ -8,3 +8,21 @@
 pub mod doctor;
 pub mod launch;
 pub mod profile;
+pub mod tools;
+
+use std::path::PathBuf;
+
+use crate::artifacts::ArtifactStore;
+
+/// Everything a request needs to run processes and keep what they produce.
+#[derive(Debug, Clone)]
+pub struct ExecRuntime {
+    pub settings: tools::ExecSettings,
+    /// Where request workspaces are created.
+    pub workspace_base: PathBuf,
+    /// The sandbox user's uid and gid when the server runs as root.
+    pub owner: Option<(u32, u32)>,
+    pub artifacts: ArtifactStore,
+    /// The code tools (`--code-exec`) are offered.
+    pub code_exec: bool,
+}

@@ -323,3 +323,20 @@ pub fn apply(messages: &[ChatMessage], block: &Block) -> Vec<ChatMessage> {
     }
     out
 }
+
+/// Like [`apply`], but puts the block after the leading system message's
+/// own text (for fixed tool guidance that follows the skills block).
+pub fn apply_after(messages: &[ChatMessage], block: &Block) -> Vec<ChatMessage> {
+    let mut out = messages.to_vec();
+    match out.first_mut() {
+        Some(first) if matches!(first.role, Role::System | Role::Developer) => {
+            first.content = if first.content.is_empty() {
+                block.text.clone()
+            } else {
+                format!("{}\n\n{}", first.content, block.text)
+            };
+        }
+        _ => out.insert(0, ChatMessage::new(Role::System, block.text.clone())),
+    }
+    out
+}

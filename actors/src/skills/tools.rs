@@ -158,7 +158,11 @@ pub fn execute(context: &ToolContext, call: &ToolCall) -> Outcome {
     match call.name.as_str() {
         SKILLS_LIST => list(context),
         SKILLS_READ => read(context, &arguments(call)),
-        SKILLS_RUN => run(context, &arguments(call)),
+        SKILLS_RUN => match prepare_run(context, call) {
+            // Execution happens in the loop, which owns the sandbox.
+            Ok(_) => Outcome::failed("skills_run is answered by the request loop.", None, None),
+            Err(outcome) => outcome,
+        },
         other => Outcome::failed(format!("There is no skill tool called '{other}'."), None, None),
     }
 }
@@ -307,35 +311,71 @@ fn read(context: &ToolContext, args: &serde_json::Map<String, Value>) -> Outcome
         ));
         text.push_str(&file_index(skill));
         text.push(']');
+        if context.allow_exec {
+            if let Some(guidance) = execution_guidance(skill) {
+                text.push_str(&guidance);
+            }
+        }
     }
     // Not trimmed: the page is the file's bytes, trailing whitespace included.
     Outcome { text, ok: true, skill: Some(id.to_string()), detail: Some(relative) }
 }
 
-fn run(context: &ToolContext, args: &serde_json::Map<String, Value>) -> Outcome {
+/// A `skills_run` call that passed every check, ready to execute.
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    pub skill: Arc<Skill>,
+    /// The script, relative to the skill folder.
+    pub path: String,
+    pub args: Vec<String>,
+}
+
+/// Checks a `skills_run` call: the skill is reachable, the script is a
+/// regular file inside it, and the arguments are readable.
+pub fn prepare_run(context: &ToolContext, call: &ToolCall) -> Result<ScriptCall, Outcome> {
+    let args = arguments(call);
     if !context.allow_exec {
-        return Outcome::failed(
+        return Err(Outcome::failed(
             "skills_run is not enabled on this server; read the script with skills_read instead.",
             None,
             None,
-        );
+        ));
     }
-    let skill = match named_skill(context, args) {
-        Ok(skill) => skill,
-        Err(outcome) => return outcome,
-    };
-    let path = text_arg(args, &["path", "script", "file"]).unwrap_or_default();
-    if let Err(why) = script_args(args) {
-        return Outcome::failed(format!("{why}."), Some(skill.id()), Some(&path));
+    let skill = named_skill(context, &args)?;
+    let mut path = text_arg(&args, &["path", "script", "file"]).unwrap_or_default();
+    if path.is_empty() {
+        return Err(Outcome::failed(
+            format!("Say which script to run, e.g. skills_run(skill=\"{}\", path=\"scripts/…\").", skill.id()),
+            Some(skill.id()),
+            None,
+        ));
     }
-    Outcome::failed(
-        format!(
-            "skills_run cannot run '{path}' yet: this server has no sandbox to run skill scripts in. Read the script with skills_read(skill=\"{}\", path=\"{path}\") and follow it instead.",
-            skill.id()
-        ),
-        Some(skill.id()),
-        Some(&path),
-    )
+    if let Some(inner) = path.strip_prefix(&format!("{}/", skill.id())) {
+        if path_guard::open_file(&skill.root, &path).is_err() {
+            path = inner.to_string();
+        }
+    }
+    if let Err(err) = path_guard::open_file(&skill.root, &path) {
+        return Err(Outcome::failed(format!("{}.", capitalized(&err.to_string())), Some(skill.id()), Some(&path)));
+    }
+    let script_args =
+        script_args(&args).map_err(|why| Outcome::failed(format!("{why}."), Some(skill.id()), Some(&path)))?;
+    Ok(ScriptCall { skill: Arc::clone(skill), path, args: script_args })
+}
+
+/// The block appended to a complete SKILL.md read when `skills_run` is
+/// offered and the skill ships a script: portable skills often show another
+/// agent's install path, which a sandbox cannot find.
+fn execution_guidance(skill: &Skill) -> Option<String> {
+    let script = skill
+        .files
+        .iter()
+        .find(|f| f.kind == FileKind::Script && f.text && crate::sandbox::tools::interpreter(&f.path).is_some())?;
+    Some(format!(
+        "\n[skillhost execution guidance; not part of SKILL.md]\nRun this skill's scripts with skills_run, which finds the skill's folder itself; ignore install paths written for other agents. For example: skills_run(skill=\"{}\", path=\"{}\", args=[\"…\"])",
+        skill.id(),
+        script.path
+    ))
 }
 
 fn capitalized(text: &str) -> String {

@@ -416,7 +416,7 @@ pub fn apply(root: &Path, patch: &str) -> Result<Applied, PatchError> {
                         "apply_patch changed nothing: '{path}' does not exist, so it cannot be deleted."
                     )));
                 }
-                if state.get(&target).is_none() {
+                if !state.contains_key(&target) {
                     read(path)?;
                 }
                 state.insert(target.clone(), None);

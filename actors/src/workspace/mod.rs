@@ -2,3 +2,119 @@
 //! file tools themselves.
 
 pub mod apply_patch;
+pub mod files;
+pub mod syntax;
+
+use std::path::{Path, PathBuf};
+
+/// A private folder, deleted when dropped.
+#[derive(Debug)]
+pub struct Workspace {
+    dir: tempfile::TempDir,
+    /// The sandbox user's uid and gid when the server runs as root: files the
+    /// server writes are handed to it so sandboxed commands can change them.
+    owner: Option<(u32, u32)>,
+}
+
+impl Workspace {
+    /// Creates a workspace under `base`.
+    pub fn create(base: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Workspace> {
+        std::fs::create_dir_all(base)?;
+        let dir = tempfile::Builder::new().prefix("ws-").tempdir_in(base)?;
+        let workspace = Workspace { dir, owner };
+        workspace.hand_over(workspace.root());
+        Ok(workspace)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Gives a path the server created (and its folders up to the root) to
+    /// the sandbox user.
+    pub fn hand_over(&self, path: &Path) {
+        let Some((uid, gid)) = self.owner else { return };
+        let mut at: Option<PathBuf> = Some(path.to_path_buf());
+        while let Some(current) = at {
+            if !current.starts_with(self.root()) {
+                break;
+            }
+            let _ = std::os::unix::fs::lchown(&current, Some(uid), Some(gid));
+            at = current.parent().map(Path::to_path_buf);
+        }
+    }
+}
+
+/// The uid and gid of `user` when this process is root (commands then run as
+/// that user); `None` otherwise.
+pub fn sandbox_owner(user: &str) -> Option<(u32, u32)> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let name = std::ffi::CString::new(user).ok()?;
+    // SAFETY: getpwnam returns static storage or null; read immediately.
+    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
+    if entry.is_null() {
+        return None;
+    }
+    // SAFETY: non-null passwd record.
+    Some(unsafe { ((*entry).pw_uid, (*entry).pw_gid) })
+}
+
+/// Tool names of the code tools.
+pub const READ_FILE: &str = "read_file";
+pub const WRITE_FILE: &str = "write_file";
+pub const APPLY_PATCH: &str = "apply_patch";
+pub const SHELL: &str = "shell";
+/// Older spellings models still use; answered, never declared.
+pub const EDIT_ALIASES: [&str; 2] = ["edit_file", "str_replace"];
+
+/// Whether a tool name is one of the code tools (aliases included).
+pub fn is_code_tool(name: &str) -> bool {
+    matches!(name, READ_FILE | WRITE_FILE | APPLY_PATCH | SHELL) || EDIT_ALIASES.contains(&name)
+}
+
+/// The fixed part of the prompt when the code tools are declared: it
+/// depends on nothing but that, so the prompt prefix stays stable.
+pub const CODE_PROMPT: &str = "## Working with files\nYou have a private working folder for this request. Create a new file with write_file. Change an existing file, even by one line, with apply_patch: read the lines first, then send the smallest patch whose context matches them exactly. Run commands with shell; the folder and exported variables carry over between commands. When a tool says a file now holds what you wrote, do not read it back.";
+
+/// The code tools' declarations; flat scalar parameters only.
+pub fn declarations() -> Vec<skillhost_engine::ToolDef> {
+    use serde_json::json;
+    use skillhost_engine::ToolDef;
+    vec![
+        ToolDef {
+            name: READ_FILE.into(),
+            description: "Show a file of the working folder with line numbers.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "File path, relative to the working folder."},
+                "offset": {"type": "integer", "description": "First line to show (1-based)."},
+                "limit": {"type": "integer", "description": "How many lines to show."}
+            }, "required": ["path"]}),
+        },
+        ToolDef {
+            name: WRITE_FILE.into(),
+            description: "Create a new file. It refuses a path that exists: change existing files with apply_patch.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "File path, relative to the working folder."},
+                "content": {"type": "string", "description": "The whole content of the new file."}
+            }, "required": ["path", "content"]}),
+        },
+        ToolDef {
+            name: APPLY_PATCH.into(),
+            description: "Change, add, move or delete files with a patch: '*** Begin Patch', then sections '*** Update File: path' (with '@@' anchors and ' ', '-', '+' lines), '*** Add File: path' ('+' lines), '*** Delete File: path', then '*** End Patch'. All or nothing.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "input": {"type": "string", "description": "The whole patch, from '*** Begin Patch' to '*** End Patch'."}
+            }, "required": ["input"]}),
+        },
+        ToolDef {
+            name: SHELL.into(),
+            description: "Run a bash command in the working folder, sandboxed and offline. Returns its output and exit status.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "The command line."},
+                "timeout_ms": {"type": "integer", "description": "Deadline in milliseconds (default 60000)."}
+            }, "required": ["command"]}),
+        },
+    ]
+}

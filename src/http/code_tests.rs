@@ -1,0 +1,337 @@
+//! Code execution end to end over HTTP, with a scripted model and the real
+//! sandbox: write a failing test, run it, patch the code, run it green, in
+//! one request; the produced file is downloadable; the workspace is gone
+//! when the response ends, also when the client leaves mid-command.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{test, web, App};
+use serde_json::{json, Value};
+use skillhost_actors::artifacts::ArtifactStore;
+use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::ModelSource;
+use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
+use skillhost_actors::sandbox::tools::ExecSettings;
+use skillhost_actors::sandbox::ExecRuntime;
+use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::{ModelStatus, Server, ServerConfig};
+
+use crate::http::{configure, metrics::Metrics, AppState};
+
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// The real `skillhost` binary, which cargo builds next to the test binaries.
+fn helper() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe.parent().and_then(Path::parent).unwrap().join("skillhost");
+    assert!(binary.exists(), "{} is missing: cargo builds it for the integration tests", binary.display());
+    binary
+}
+
+fn call(name: &str, arguments: Value) -> String {
+    format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": arguments}))
+}
+
+struct Harness {
+    state: web::Data<AppState>,
+    backend: Arc<ScriptedBackend>,
+    base: tempfile::TempDir,
+}
+
+async fn harness(outputs: Vec<String>) -> Harness {
+    harness_with(outputs, None, true, false).await
+}
+
+/// A server on the scripted model with the real sandbox; `skills` is a root
+/// of skills, `code_exec` offers the code tools, `allow_exec` `skills_run`.
+async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: bool, allow_exec: bool) -> Harness {
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
+    let launcher = Launcher { helper: helper(), profile_dir: profiles, user: "nobody".into() };
+    let owner = skillhost_actors::workspace::sandbox_owner("nobody");
+    let exec = ExecRuntime {
+        settings: ExecSettings {
+            launcher,
+            mode: SandboxMode::Required,
+            unavailable: None,
+            shell_unconfined: false,
+            shell_network: false,
+            skills_network: false,
+            gaps: None,
+        },
+        workspace_base: base.path().join("workspaces"),
+        owner,
+        artifacts: ArtifactStore::new(&base.path().join("artifacts")).unwrap(),
+        code_exec,
+    };
+    std::fs::create_dir_all(base.path().join("workspaces")).unwrap();
+    let skills = skills.map(|path| SkillsConfig {
+        roots: vec![Root { path, origin: Origin::Discovered }],
+        install_dir: None,
+        watch: false,
+    });
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let config = ServerConfig {
+        model: ModelSource::Provided(backend.clone()),
+        skills,
+        loop_settings: LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() },
+        exec: Some(Arc::new(exec)),
+    };
+    let server = Server::start(config).await.unwrap();
+    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
+    let state = web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 });
+    Harness { state, backend, base }
+}
+
+fn workspaces(base: &Path) -> usize {
+    std::fs::read_dir(base.join("workspaces")).unwrap().count()
+}
+
+#[actix_web::test]
+async fn write_fail_patch_rerun_green_in_one_request() {
+    let outputs = vec![
+        call("write_file", json!({"path": "calc.py", "content": "def add(a, b):\n    return a - b\n"})),
+        call(
+            "write_file",
+            json!({"path": "test_calc.py", "content": "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('all green')\n"}),
+        ),
+        call("shell", json!({"command": "python test_calc.py"})),
+        call(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: calc.py\n def add(a, b):\n-    return a - b\n+    return a + b\n*** End Patch\n"}),
+        ),
+        call("shell", json!({"command": "python test_calc.py"})),
+        "Fixed: add now adds, and the test passes.".to_string(),
+    ];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Write add() with a test and make it pass."}], "temperature": 0});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response: Value = test::call_and_read_body_json(&app, request).await;
+    assert_eq!(response["choices"][0]["message"]["content"], "Fixed: add now adds, and the test passes.", "{response}");
+    assert_eq!(response["rounds"].as_array().unwrap().len(), 6);
+
+    let prompts = harness.backend.prompts();
+    let last = prompts.last().unwrap();
+    // The failing run, with the traceback and exit status, then the green one.
+    assert!(last.contains("AssertionError: -1"), "{last}");
+    assert!(last.contains("[exit status 1]"));
+    assert!(last.contains("  updated calc.py"));
+    assert!(last.contains("Syntax check of calc.py: ok"));
+    assert!(last.contains("all green\n[exit status 0]"), "{last}");
+    // Paths in output are relative, never the host's workspace path.
+    assert!(!last.contains(harness.base.path().to_str().unwrap()), "a host path leaked into the prompt");
+
+    let artifacts = response["artifacts"].as_array().unwrap();
+    let calc = artifacts.iter().find(|a| a["path"] == "calc.py").unwrap();
+    let download =
+        test::call_service(&app, test::TestRequest::get().uri(calc["url"].as_str().unwrap()).to_request()).await;
+    assert_eq!(download.status().as_u16(), 200);
+    assert_eq!(download.headers().get("x-content-type-options").unwrap(), "nosniff");
+    assert!(download.headers().get("content-disposition").unwrap().to_str().unwrap().starts_with("attachment"));
+    assert_eq!(test::read_body(download).await, "def add(a, b):\n    return a + b\n");
+    let run_id = calc["url"].as_str().unwrap().split('/').nth(4).unwrap().to_string();
+    let listing: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::get().uri(&format!("/api/code/artifacts/{run_id}")).to_request(),
+    )
+    .await;
+    assert_eq!(listing["files"].as_array().unwrap().len(), 2, "{listing}");
+    // The request's workspace is gone with the response.
+    assert_eq!(workspaces(harness.base.path()), 0);
+}
+
+#[actix_web::test]
+async fn shell_recoveries_and_state_across_calls() {
+    let outputs = vec![
+        call("shell", json!({"command": "mkdir -p sub && cd sub && export GREETING=hello && echo made > f.txt"})),
+        call("shell", json!({"command": "pwd && echo $GREETING && cat f.txt"})),
+        call("shell", json!({"command": "grep nothing-here f.txt"})),
+        call("shell", json!({"command": "cat missing.txt"})),
+        call("shell", json!({"command": "cat missing.txt"})),
+        call("shell", json!({"command": "python -c 'print(6*7)'"})),
+        call("shell", json!({"command": "sleep 30", "timeout_ms": 1000})),
+        "done".to_string(),
+    ];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Try things."}]});
+    let _: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    let last = harness.backend.prompts().pop().unwrap();
+    // The folder and exports carry over; paths print relative to the workspace.
+    assert!(last.contains("$ pwd && echo $GREETING && cat f.txt\n"), "{last}");
+    assert!(last.contains("hello\nmade\n[exit status 0]"), "{last}");
+    assert!(!last.contains(harness.base.path().to_str().unwrap()));
+    // grep finding nothing is an answer.
+    assert!(
+        last.contains("[exit status 1: grep found nothing or the inputs differ; that is an answer, not an error]"),
+        "{last}"
+    );
+    // The same failure twice is counted.
+    assert!(last.contains("This exact command has now failed the same way 2 times"), "{last}");
+    // `python` is the host's Python 3.
+    assert!(last.contains("42\n[exit status 0]"), "{last}");
+    // The deadline kills and says so.
+    assert!(last.contains("[killed after 1 s: the command did not finish in time"), "{last}");
+    assert_eq!(workspaces(harness.base.path()), 0);
+}
+
+#[actix_web::test]
+async fn a_client_that_leaves_mid_command_takes_its_workspace_along() {
+    let outputs = vec![call("shell", json!({"command": "echo started; sleep 60"})), "never".to_string()];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Run it."}], "stream": true});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request())
+            .await;
+    // Wait until the command runs, then drop the response: the client is gone.
+    for _ in 0..200 {
+        if workspaces(harness.base.path()) == 1
+            && !Command::new("pgrep").args(["-f", "sleep 60"]).output().unwrap().stdout.is_empty()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(response);
+    let mut gone = false;
+    for _ in 0..200 {
+        let sleeping = Command::new("pgrep").args(["-f", "sleep 60"]).output().unwrap().stdout;
+        if workspaces(harness.base.path()) == 0 && sleeping.is_empty() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the workspace or the command outlived the client");
+}
+
+/// A skill whose scripts report what they were given and where they ran.
+fn echo_skill(base: &Path) -> PathBuf {
+    let skills = base.join("skills");
+    let skill = skills.join("echo-args");
+    std::fs::create_dir_all(skill.join("scripts")).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: echo-args\ndescription: Prints its arguments as JSON. Use to check quoting.\n---\n# Echo\nRun scripts/show.py with any arguments.\n",
+    )
+    .unwrap();
+    // Prints argv as JSON, tries its own folder (read-only), writes to its cwd.
+    std::fs::write(
+        skill.join("scripts/show.py"),
+        "import json, os, sys\n\
+print(json.dumps(sys.argv[1:]))\n\
+try:\n    open(os.path.join(os.path.dirname(__file__), 'mark'), 'w')\n    print('own folder: writable')\n\
+except OSError:\n    print('own folder: read-only')\n\
+open('made.txt', 'w').write('x')\n\
+print('cwd holds:', sorted(os.listdir('.')))\n",
+    )
+    .unwrap();
+    // The first line names Python, but the extension decides: bash runs it.
+    std::fs::write(skill.join("scripts/which.sh"), "#!/usr/bin/python3\necho \"bash $BASH_VERSION\" | cut -c1-4\n")
+        .unwrap();
+    std::fs::write(skill.join("scripts/notes.txt"), "not a script\n").unwrap();
+    for dir in [&skills, &skill, &skill.join("scripts")] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    skills
+}
+
+#[actix_web::test]
+async fn skills_run_argument_shapes_refusals_and_scratch_folders() {
+    let skills_base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let skills = echo_skill(skills_base.path());
+    let run = |args: Value| call("skills_run", json!({"skill": "echo-args", "path": "scripts/show.py", "args": args}));
+    let outputs = vec![
+        // An array: shell metacharacters are data, nothing parses them.
+        run(json!(["a b", "$(id)", "; rm -rf .", "`x`", "> f"])),
+        // A JSON array inside a string.
+        run(json!("[\"--flag\", \"two words\"]")),
+        // A plain string is one argument.
+        run(json!("just one")),
+        // A string that looks like an array but is not.
+        run(json!("[--flag, value")),
+        call("skills_run", json!({"skill": "echo-args", "path": "scripts/which.sh"})),
+        call("skills_run", json!({"skill": "echo-args", "path": "scripts/notes.txt"})),
+        call("skills_run", json!({"skill": "echo-args", "path": "../../etc/passwd.py"})),
+        call("skills_run", json!({"skill": "no-such-skill", "path": "scripts/show.py"})),
+        call("skills_run", json!({"skill": "echo-args"})),
+        "Done.".to_string(),
+    ];
+    let harness = harness_with(outputs, Some(skills.clone()), false, true).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Use echo-args."}]});
+    let response: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    assert_eq!(response["choices"][0]["message"]["content"], "Done.", "{response}");
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains(r#"["a b", "$(id)", "; rm -rf .", "`x`", "> f"]"#), "{last}");
+    assert!(last.contains(r#"["--flag", "two words"]"#), "{last}");
+    assert!(last.contains(r#"["just one"]"#), "{last}");
+    assert!(last.contains("args looks like a JSON array but is not one of strings"), "{last}");
+    // The skill folder is read-only; each call starts in an empty scratch
+    // folder (no made.txt from the call before).
+    assert_eq!(last.matches("own folder: read-only").count(), 3, "{last}");
+    assert!(!last.contains("own folder: writable"));
+    assert_eq!(last.matches("cwd holds: ['.tmp', 'made.txt']").count(), 3, "{last}");
+    assert!(last.contains("[skills_run: scripts/show.py 'a b' '$(id)' '; rm -rf .' '`x`' '> f']"), "{last}");
+    assert!(last.contains("[skills_run: scripts/which.sh]\nbash\n"), "{last}");
+    assert!(last.contains("bash\n[exit status 0]"), "{last}");
+    assert!(last.contains("is not a script skills_run can run"), "{last}");
+    assert!(last.contains("No skill called 'no-such-skill'"), "{last}");
+    assert!(last.contains("climbs out of the skill folder"), "{last}");
+    assert!(last.contains("Say which script to run"), "{last}");
+    assert!(!skills.join("echo-args/scripts/mark").exists());
+    // Scratch folders are gone after each call; no request workspace exists.
+    assert_eq!(workspaces(harness.base.path()), 0);
+}
+
+#[actix_web::test]
+async fn skills_run_is_refused_unless_enabled_and_guides_after_a_full_read() {
+    let skills_base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let skills = echo_skill(skills_base.path());
+    let outputs = vec![
+        call("skills_read", json!({"skill": "echo-args"})),
+        call("skills_run", json!({"skill": "echo-args", "path": "scripts/show.py"})),
+        "Done.".to_string(),
+    ];
+    // Enabled: the full SKILL.md read ends with a ready skills_run example.
+    let harness = harness_with(outputs.clone(), Some(skills.clone()), false, true).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Use echo-args."}]});
+    let _: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body.clone()).to_request(),
+    )
+    .await;
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains("skills_run(skill=\"echo-args\", path=\"scripts/show.py\""), "{last}");
+    assert!(last.contains("[exit status 0]"), "{last}");
+
+    // Not enabled: no skills_run tool, and a call to it is refused.
+    let harness = harness_with(outputs, Some(skills), false, false).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let _: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(!last.contains("[skillhost execution guidance"), "{last}");
+    assert!(!last.contains("[exit status"), "{last}");
+}
