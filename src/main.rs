@@ -164,6 +164,16 @@ async fn exec_runtime(config: &ServeConfig) -> Result<Option<std::sync::Arc<Exec
     let artifacts = ArtifactStore::new(&base.join("artifacts"))
         .map_err(|err| format!("cannot create the artifact store: {err}"))?;
     let owner = skillhost_actors::workspace::sandbox_owner(&exec.sandbox_user);
+    if let Some(blocked) =
+        owner.and_then(|owner| skillhost_actors::workspace::unreachable_ancestor(&workspace_base, owner))
+    {
+        return Err(format!(
+            "--workspace-dir: the sandbox user '{}' cannot reach {} because {} is closed to it; choose a folder it can pass through (the default is the system temp folder)",
+            exec.sandbox_user,
+            workspace_base.display(),
+            blocked.display()
+        ));
+    }
     let scratch = skillhost_actors::workspace::Workspace::create(&workspace_base, owner)
         .map_err(|err| format!("cannot create a scratch workspace: {err}"))?;
     let checks = doctor::checks(&launcher, scratch.root()).await;

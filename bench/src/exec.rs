@@ -3,7 +3,7 @@
 //! `apply_patch` on a 10,000-line file with 50 hunks against reading and
 //! writing the same file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,9 @@ pub fn run() {
     let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
     assert!(status.success(), "building the server failed");
     let launcher = Launcher {
-        helper: PathBuf::from("target/release/skillhost"),
-        profile_dir: PathBuf::from("sandbox-profiles"),
+        // Absolute: the helper starts in the workspace.
+        helper: std::fs::canonicalize("target/release/skillhost").expect("the server binary"),
+        profile_dir: std::fs::canonicalize("sandbox-profiles").expect("sandbox-profiles"),
         user: "nobody".into(),
     };
     let base = tempfile::tempdir().expect("tempdir");

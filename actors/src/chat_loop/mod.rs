@@ -147,6 +147,13 @@ impl LoopState {
         self.events.send(event).is_ok()
     }
 
+    /// Sends the request's last event. The workspace goes first, so a
+    /// client that has its answer never finds the folder still there.
+    fn end(&mut self, event: ChatEvent) {
+        drop(self.workspace.take());
+        self.emit(event);
+    }
+
     /// Sends content, separating rounds with a blank line.
     fn emit_content(&mut self, text: String, round_started: &mut bool) -> bool {
         if text.is_empty() {
@@ -284,7 +291,7 @@ impl Actor for LoopActor {
         match msg {
             LoopMsg::Run => {
                 if let Err(err) = start_round(&myself, state).await {
-                    state.emit(ChatEvent::Failed(err));
+                    state.end(ChatEvent::Failed(err));
                     myself.stop(None);
                 }
             }
@@ -305,11 +312,11 @@ impl Actor for LoopActor {
                 }
             }
             LoopMsg::Generated(GenerationEvent::Failed(err)) => {
-                state.emit(ChatEvent::Failed(chat_error(err)));
+                state.end(ChatEvent::Failed(chat_error(err)));
                 myself.stop(None);
             }
             LoopMsg::EngineGone => {
-                state.emit(ChatEvent::Failed(chat_error(EngineError::Stopped)));
+                state.end(ChatEvent::Failed(chat_error(EngineError::Stopped)));
                 myself.stop(None);
             }
         }
@@ -321,10 +328,18 @@ impl Actor for LoopActor {
 /// tools can satisfy applies to the first round; one aimed at the caller's
 /// tools holds until the caller gets its call.
 fn round_choice(state: &LoopState) -> ToolChoice {
-    if state.final_round || state.tools.is_empty() {
+    let first = state.round == 1;
+    if state.final_round {
         return ToolChoice::None;
     }
-    let first = state.round == 1;
+    if state.tools.is_empty() {
+        // Forcing a call when no tool exists is the caller's mistake: passed
+        // on, the format refuses it and the client gets a 400 naming it.
+        return match &state.request.tool_choice {
+            choice @ (ToolChoice::Required | ToolChoice::Named(_)) if first => choice.clone(),
+            _ => ToolChoice::None,
+        };
+    }
     match &state.request.tool_choice {
         ToolChoice::None if state.skill_tools.is_some() => ToolChoice::Auto,
         ToolChoice::None => ToolChoice::None,
@@ -409,7 +424,7 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
 
     let finish = |state: &mut LoopState, finish: ChatFinish| {
         let rounds = std::mem::take(&mut state.rounds);
-        state.emit(ChatEvent::Finished { finish, usage: state.usage, timings, rounds });
+        state.end(ChatEvent::Finished { finish, usage: state.usage, timings, rounds });
     };
     if state.final_round {
         let separator = if state.content_sent { "\n\n" } else { "" };

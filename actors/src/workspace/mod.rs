@@ -62,6 +62,29 @@ pub fn sandbox_owner(user: &str) -> Option<(u32, u32)> {
     Some(unsafe { ((*entry).pw_uid, (*entry).pw_gid) })
 }
 
+/// The first folder on the way to `path` that the sandbox user cannot pass
+/// through. Commands run as that user and their workspace is mounted by its
+/// path, so a private folder anywhere above it (a root-only home or
+/// `/tmp/pytest-of-root`) stops every command; start-up names it instead.
+pub fn unreachable_ancestor(path: &Path, (uid, gid): (u32, u32)) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in path.ancestors() {
+        let Ok(meta) = std::fs::metadata(dir) else { return Some(dir.to_path_buf()) };
+        let mode = meta.mode();
+        let search = if meta.uid() == uid {
+            mode & 0o100
+        } else if meta.gid() == gid {
+            mode & 0o010
+        } else {
+            mode & 0o001
+        };
+        if search == 0 {
+            return Some(dir.to_path_buf());
+        }
+    }
+    None
+}
+
 /// Tool names of the code tools.
 pub const READ_FILE: &str = "read_file";
 pub const WRITE_FILE: &str = "write_file";
@@ -117,4 +140,26 @@ pub fn declarations() -> Vec<skillhost_engine::ToolDef> {
             }, "required": ["command"]}),
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_private_folder_above_the_workspace_is_named() {
+        let base = tempfile::tempdir().unwrap();
+        let private = base.path().join("private");
+        let inner = private.join("work");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Some other user: not the owner and not in the group.
+        let other = (u32::MAX - 7, u32::MAX - 7);
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(unreachable_ancestor(&inner, other), Some(private.clone()));
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+        assert_eq!(unreachable_ancestor(&inner, other), None);
+    }
 }

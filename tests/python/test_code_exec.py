@@ -1,0 +1,80 @@
+"""Code execution on the real model and the real sandbox: a shell call the
+model writes runs confined, its result feeds the next round, and the
+request's folder is gone when the response ends."""
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import BINARY, DEFAULT_MODEL
+
+
+def open_temp_dir():
+    """A folder the sandbox user can reach (pytest's own tmp_path sits under a
+    root-only folder)."""
+    folder = tempfile.TemporaryDirectory(prefix="skillhost-test-")
+    Path(folder.name).chmod(0o755)
+    return folder
+
+
+def test_a_forced_shell_call_runs_and_its_folder_is_deleted(start_server):
+    folder = open_temp_dir()
+    tmp_path = Path(folder.name)
+    server = start_server(
+        "--model", str(DEFAULT_MODEL),
+        "--no-skills", "--code-exec", "--workspace-dir", str(tmp_path), "--ctx-size", "4096",
+    )
+    log = "".join(server.log)
+    assert "sandbox: commands start inside the sandbox" in log, log
+    body = {
+        "messages": [{"role": "user", "content": "Use the shell tool to run: echo hello"}],
+        # Round 1 must call shell; later rounds are free to answer.
+        "tool_choice": {"type": "function", "function": {"name": "shell"}},
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        "max_tokens": 48,
+    }
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600)
+    assert response.status_code == 200, response.text
+    reply = response.json()
+    rounds = reply["rounds"]
+    assert len(rounds) >= 2, reply
+    # Round 2 reuses round 1 from the cache and adds the call's result.
+    assert rounds[1]["cached_tokens"] > 0, rounds
+    assert rounds[1]["prompt_tokens"] > rounds[0]["prompt_tokens"] + rounds[0]["generated_tokens"], rounds
+    # No tool-call markup reaches the client.
+    assert "<tool_call>" not in (reply["choices"][0]["message"]["content"] or "")
+    workspaces = list(tmp_path.glob("skillhost-*/workspaces/*"))
+    # The start-up probe's scratch folder is gone too; nothing is left.
+    assert workspaces == [], workspaces
+
+
+def test_forcing_shell_without_code_exec_is_a_400(start_server):
+    server = start_server("--model", str(DEFAULT_MODEL), "--no-skills", "--ctx-size", "4096")
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tool_choice": {"type": "function", "function": {"name": "shell"}},
+        "max_tokens": 8,
+    }
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600)
+    # Without --code-exec there is no shell tool to force.
+    assert response.status_code == 400, response.text
+    assert "shell" in response.json()["error"]["message"]
+
+
+def test_a_workspace_dir_the_sandbox_user_cannot_reach_stops_start_up(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only a root server hands commands to the sandbox user")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    result = subprocess.run(
+        [str(BINARY), "serve", "--model", str(DEFAULT_MODEL), "--port", "0", "--code-exec",
+         "--workspace-dir", str(private / "work")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+    assert "--workspace-dir" in result.stderr and "cannot reach" in result.stderr, result.stderr
