@@ -8,15 +8,18 @@ VENV := .venv
 # Root installs directly; anyone else goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench eval fuzz build deps model test-models lint
+BROWSER_TESTS := tests/browser
+
+.PHONY: run test bench eval fuzz build deps browser-deps model test-models lint
 
 run: deps model build
 	./target/release/skillhost serve --config config/skillhost.yaml
 
-test: deps test-models $(VENV)/.installed lint
+test: deps test-models $(VENV)/.installed browser-deps lint
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release
 	$(VENV)/bin/python -m pytest -q tests/python
+	node $(BROWSER_TESTS)/webui.mjs
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -56,6 +59,22 @@ model:
 # Tests also use a base model without a chat template.
 test-models:
 	PYTHON=$(PYTHON) scripts/fetch-models.sh default gemma
+
+# The browser test: Debian's Chromium, driven by playwright-core from npm
+# (which never downloads a browser of its own).
+browser-deps: $(BROWSER_TESTS)/node_modules/.installed
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
+	fi
+
+$(BROWSER_TESTS)/node_modules/.installed: $(BROWSER_TESTS)/package.json $(BROWSER_TESTS)/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }
+	cd $(BROWSER_TESTS) && npm ci --no-audit --no-fund
+	touch $@
 
 $(VENV)/.installed: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -202,7 +202,14 @@ async fn exec_runtime(config: &ServeConfig) -> Result<Option<std::sync::Arc<Exec
         skills_network: exec.skills_network,
         gaps: doctor::gaps_line(&checks),
     };
-    Ok(Some(std::sync::Arc::new(ExecRuntime { settings, workspace_base, owner, artifacts, code_exec: exec.code_exec })))
+    Ok(Some(std::sync::Arc::new(ExecRuntime {
+        settings,
+        workspace_base,
+        owner,
+        artifacts,
+        code_exec: exec.code_exec,
+        conversations: Default::default(),
+    })))
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {

@@ -21,6 +21,9 @@ pub struct ChatRequest {
     pub skills_discovery: Option<bool>,
     /// The client chose the temperature (so server-side defaults leave it).
     pub temperature_set: bool,
+    /// A conversation whose workspace outlives this request (Web UI);
+    /// `None` gives the request a workspace of its own.
+    pub conversation: Option<String>,
 }
 
 /// Why a request ended without an answer.

@@ -31,6 +31,8 @@ pub struct Server {
     status: watch::Receiver<ModelStatus>,
     skills: Option<SkillsHandle>,
     exec: Option<Arc<ExecRuntime>>,
+    /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
+    allows_scripts: bool,
 }
 
 /// What the server is started with.
@@ -131,6 +133,7 @@ impl Server {
     pub async fn start(config: ServerConfig) -> Result<Server, String> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
         let installable = config.skills.as_ref().is_some_and(|s| s.install_dir.is_some());
+        let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
         let (skills_args, snapshot) = match config.skills {
             Some(skills) => {
                 let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
@@ -148,12 +151,17 @@ impl Server {
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
         let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });
-        Ok(Server { supervisor, status, skills, exec: config.exec })
+        Ok(Server { supervisor, status, skills, exec: config.exec, allows_scripts })
     }
 
     /// Process execution and artifacts, when offered.
     pub fn exec(&self) -> Option<&Arc<ExecRuntime>> {
         self.exec.as_ref()
+    }
+
+    /// Whether the model may run skill scripts.
+    pub fn allows_scripts(&self) -> bool {
+        self.allows_scripts
     }
 
     /// The skills registry, when skills are on.

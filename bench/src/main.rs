@@ -12,7 +12,8 @@
 //! Before those, the skills registry: scan time for 10, 100 and 512
 //! generated skills, cold and warm, and ZIP install throughput; then code
 //! execution: a sandboxed `true` over a plain one, and `apply_patch` on a
-//! 10,000-line file with 50 hunks.
+//! 10,000-line file with 50 hunks. Then the Web UI stream: when each
+//! round's frames of a two-round skills request arrive.
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -22,6 +23,7 @@
 
 mod exec;
 mod skills;
+mod webui;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -140,12 +142,17 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(threads: i32) -> Self {
+        Self::start_with(threads, &[])
+    }
+
+    fn start_with(threads: i32, extra: &[&str]) -> Self {
         // The server binary sits next to this one, wherever cargo put both.
         let binary = std::env::current_exe().expect("own path").with_file_name("skillhost");
         assert!(binary.exists(), "build the server first: cargo build --release");
         let mut child = Command::new(&binary)
             .args(["serve", "--model", MODEL, "--port", "0", "--parallel", &N_PARALLEL.to_string()])
             .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
+            .args(extra)
             .env("RUST_LOG", "warn,skillhost=info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -274,12 +281,21 @@ fn main() {
         exec::run();
         println!();
     }
-    if !wanted("model") {
+    if !wanted("model") && !wanted("webui") {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
     let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
     assert!(status.success(), "building the server failed");
+    if wanted("webui") {
+        println!("Web UI stream of a two-round skills request:");
+        let server = ServerProcess::start_with(threads, &["--skills-dir", "skills"]);
+        webui::run(&server.url);
+        println!();
+    }
+    if !wanted("model") {
+        return;
+    }
 
     llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(false));
     let backend = LlamaBackend::init().expect("llama backend");

@@ -68,6 +68,7 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
         owner,
         artifacts: ArtifactStore::new(&base.path().join("artifacts")).unwrap(),
         code_exec,
+        conversations: Default::default(),
     };
     std::fs::create_dir_all(base.path().join("workspaces")).unwrap();
     let skills = skills.map(|path| SkillsConfig {
@@ -334,4 +335,51 @@ async fn skills_run_is_refused_unless_enabled_and_guides_after_a_full_read() {
     let last = harness.backend.prompts().pop().unwrap();
     assert!(!last.contains("[skillhost execution guidance"), "{last}");
     assert!(!last.contains("[exit status"), "{last}");
+}
+
+#[actix_web::test]
+async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
+    let outputs = vec![
+        call("write_file", json!({"path": "plan.txt", "content": "step one\n"})),
+        "Saved.".to_string(),
+        call("read_file", json!({"path": "plan.txt"})),
+        "It says step one.".to_string(),
+    ];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let turn = |content: &str| json!({"messages": [{"role": "user", "content": content}], "conversationId": "conv-7"});
+    let response = test::call_service(
+        &app,
+        test::TestRequest::post().uri("/api/chat").set_json(turn("Save a plan.")).to_request(),
+    )
+    .await;
+    let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    let frames: Vec<Value> =
+        body.split("\n\n").filter(|f| !f.is_empty()).map(|f| serde_json::from_str(&f[6..]).unwrap()).collect();
+    // The activity frames: writing, then finished with the produced file.
+    let progress: Vec<&Value> = frames.iter().filter_map(|f| f.get("tool_progress")).collect();
+    assert_eq!(progress[0]["phase"], "writing");
+    assert_eq!(progress[0]["detail"], "plan.txt");
+    let finished = progress.iter().find(|p| p["phase"] == "finished").unwrap();
+    assert_eq!(finished["files"][0]["path"], "plan.txt");
+    let url = finished["files"][0]["url"].as_str().unwrap();
+    let download = test::call_service(&app, test::TestRequest::get().uri(url).to_request()).await;
+    assert_eq!(test::read_body(download).await, "step one\n");
+    // The conversation's folder outlives the request.
+    assert_eq!(workspaces(harness.base.path()), 1);
+
+    let response = test::call_service(
+        &app,
+        test::TestRequest::post().uri("/api/chat").set_json(turn("What does the plan say?")).to_request(),
+    )
+    .await;
+    let _ = test::read_body(response).await;
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains("1\tstep one"), "{last}");
+
+    let closed: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::delete().uri("/api/conversations/conv-7").to_request())
+            .await;
+    assert_eq!(closed, json!({"closed": true}));
+    assert_eq!(workspaces(harness.base.path()), 0);
 }

@@ -6,10 +6,12 @@ pub mod body;
 pub mod chat;
 pub mod error;
 pub mod metrics;
+pub mod ollama;
 pub mod openai;
 pub mod ops;
 pub mod peer;
 pub mod skills;
+pub mod webui;
 
 use actix_web::web;
 use skillhost_actors::Server;
@@ -78,6 +80,50 @@ pub fn configure(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/").route(web::get().to(webui::index)).default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(web::resource("/favicon.ico").route(web::get().to(webui::favicon)))
+        .service(
+            web::resource("/assets/{name}")
+                .route(web::get().to(webui::assets))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/models")
+                .route(web::get().to(webui::models))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/chat")
+                .route(web::post().to(webui::chat))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/conversations/{id}")
+                .route(web::delete().to(webui::close_conversation))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource(["/api/chat/ollama", "/ollama/api/chat"])
+                .route(web::post().to(ollama::chat))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/ollama/api/tags")
+                .route(web::get().to(ollama::tags))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/ollama/api/show")
+                .route(web::post().to(ollama::show))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/ollama/api/version")
+                .route(web::get().to(ollama::version))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/health")
                 .route(web::get().to(ops::health))
                 .default_service(web::to(ops::method_not_allowed)),
@@ -98,3 +144,6 @@ mod scenarios;
 
 #[cfg(test)]
 mod code_tests;
+
+#[cfg(test)]
+mod webui_tests;

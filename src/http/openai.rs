@@ -15,7 +15,7 @@ pub const MAX_TOOLS: usize = 128;
 /// Longest tool name (OpenAI's limit).
 pub const MAX_TOOL_NAME_LEN: usize = 64;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct ChatCompletionRequest {
     pub model: Option<String>,
     pub messages: Vec<WireMessage>,
@@ -431,6 +431,7 @@ impl ChatCompletionRequest {
                 skills: self.skills,
                 skills_discovery: self.skills_discovery,
                 temperature_set: temperature.is_some(),
+                conversation: None,
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),

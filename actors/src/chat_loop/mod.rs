@@ -133,7 +133,8 @@ pub struct LoopState {
     exec: Option<Arc<ExecRuntime>>,
     /// The request's private folder; deleted when the loop stops, whatever
     /// ended it (answer, error, rejection, client disconnect).
-    workspace: Option<Workspace>,
+    /// Shared with the conversation's store when the request belongs to one.
+    workspace: Option<Arc<Workspace>>,
     /// The code tools are declared.
     code_tools: bool,
     shell_memory: ShellMemory,
@@ -188,7 +189,12 @@ fn prepare_state(args: LoopArgs) -> LoopState {
     // A workspace for the code tools, shared by all rounds of the request.
     // Skill scripts without code tools get a scratch folder per call instead.
     let workspace = exec.as_ref().filter(|e| e.code_exec).and_then(|e| {
-        Workspace::create(&e.workspace_base, e.owner)
+        let create = || Workspace::create(&e.workspace_base, e.owner);
+        let opened = match &request.conversation {
+            Some(id) => e.conversations.open(id, create),
+            None => create().map(Arc::new),
+        };
+        opened
             .map_err(
                 |err| tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
             )
@@ -483,16 +489,41 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
 
 /// Answers our calls (at most [`MAX_SKILL_CALLS_PER_ROUND`] per round) and
 /// reports each one; filesystem work runs on blocking threads.
+/// Whether two calls' arguments are the same JSON (or the same text when
+/// either is not JSON).
+fn same_arguments(a: &str, b: &str) -> bool {
+    match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a.trim() == b.trim(),
+    }
+}
+
 async fn answer_calls(state: &mut LoopState, calls: &[ToolCall]) -> Vec<String> {
     let offered: Vec<String> = state.tools.iter().map(|t| t.name.clone()).collect();
     let mut texts = Vec::with_capacity(calls.len());
     for (index, call) in calls.iter().enumerate() {
+        // Small models often repeat a call word for word in one turn. Running
+        // it again would repeat a side effect, and repeating a file read can
+        // overflow the context on its own.
+        let repeat_of = calls[..index]
+            .iter()
+            .position(|earlier| earlier.name == call.name && same_arguments(&earlier.arguments, &call.arguments));
         let outcome = if index >= MAX_SKILL_CALLS_PER_ROUND {
             tools::Outcome {
                 text: format!(
                     "Not run: only {MAX_SKILL_CALLS_PER_ROUND} tool calls are answered per round. Ask again in your next turn if you still need it."
                 ),
                 ok: false,
+                skill: None,
+                detail: None,
+            }
+        } else if let Some(earlier) = repeat_of {
+            tools::Outcome {
+                text: format!(
+                    "Not run again: this call is identical to call {} of this turn; its result above applies.",
+                    earlier + 1
+                ),
+                ok: true,
                 skill: None,
                 detail: None,
             }
@@ -526,7 +557,7 @@ async fn answer_calls(state: &mut LoopState, calls: &[ToolCall]) -> Vec<String> 
             }
         };
         tracing::info!(tool = %call.name, skill = ?outcome.skill, detail = ?outcome.detail, ok = outcome.ok, round = state.round, "tool answered");
-        if tools::is_skill_tool(&call.name) {
+        if tools::is_skill_tool(&call.name) && repeat_of.is_none() {
             state.emit(ChatEvent::SkillStep(SkillStep {
                 agent_id: ROOT_AGENT.into(),
                 tool: call.name.clone(),
@@ -655,7 +686,7 @@ async fn answer_script_call(state: &mut LoopState, call: &ToolCall) -> tools::Ou
     let scratch = match &state.workspace {
         Some(_) => None,
         None => match Workspace::create(&exec.workspace_base, exec.owner) {
-            Ok(scratch) => Some(scratch),
+            Ok(scratch) => Some(Arc::new(scratch)),
             Err(err) => {
                 tracing::error!(error = %err, "cannot create a scratch folder for a skill script");
                 return refused("The script did not run: the server cannot create a working folder for it.");

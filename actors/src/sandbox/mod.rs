@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use crate::artifacts::ArtifactStore;
 
 /// Everything a request needs to run processes and keep what they produce.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ExecRuntime {
     pub settings: tools::ExecSettings,
     /// Where request workspaces are created.
@@ -25,4 +25,6 @@ pub struct ExecRuntime {
     pub artifacts: ArtifactStore,
     /// The code tools (`--code-exec`) are offered.
     pub code_exec: bool,
+    /// Workspaces of Web UI conversations, kept between requests.
+    pub conversations: crate::workspace::conversations::Conversations,
 }

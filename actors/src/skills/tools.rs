@@ -235,6 +235,16 @@ fn read(context: &ToolContext, args: &serde_json::Map<String, Value>) -> Outcome
             path = inner.to_string();
         }
     }
+    // A path that differs from one indexed file only in letter case
+    // ("skill.md") means that file; an ambiguous one is left to fail.
+    if !skill.files.iter().any(|f| f.path == path) && !path.eq_ignore_ascii_case("SKILL.md") {
+        let mut same = skill.files.iter().filter(|f| f.path.eq_ignore_ascii_case(&path));
+        if let (Some(only), None) = (same.next(), same.next()) {
+            path = only.path.clone();
+        }
+    } else if path.eq_ignore_ascii_case("SKILL.md") {
+        path = "SKILL.md".into();
+    }
     let offset = match offset_arg(args) {
         Ok(offset) => offset,
         Err(why) => return Outcome::failed(format!("{why}."), Some(id), Some(&path)),
@@ -423,6 +433,8 @@ mod tests {
                 "file \"references/api.md\", bytes 0-2 of 3]\nAPI",
             ),
             (SKILLS_READ, r#"{"skill": "pdf", "resource": "pdf/references/api.md"}"#, true, "API"),
+            (SKILLS_READ, r#"{"skill": "pdf", "path": "skill.md"}"#, true, "file \"SKILL.md\""),
+            (SKILLS_READ, r#"{"skill": "pdf", "path": "References/API.md"}"#, true, "file \"references/api.md\""),
             (SKILLS_READ, r#""{\"skill\": \"pdf\", \"path\": \"references/api.md\"}""#, true, "API"),
             (
                 SKILLS_READ,

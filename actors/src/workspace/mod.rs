@@ -2,6 +2,7 @@
 //! file tools themselves.
 
 pub mod apply_patch;
+pub mod conversations;
 pub mod files;
 pub mod syntax;
 

@@ -1,0 +1,525 @@
+//! Ollama's chat API: `POST /api/chat/ollama`, and Ollama's own paths under
+//! `/ollama` (`/ollama/api/chat`, `tags`, `show`, `version`) so the official
+//! clients work by changing only their host. Requests are translated into
+//! the OpenAI request type and validated by the same code.
+
+use std::time::Instant;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use chrono::{SecondsFormat, Utc};
+use futures_util::stream::{self, Stream};
+use futures_util::{FutureExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use skillhost_actors::request::RoundStats;
+use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
+use skillhost_engine::{ModelInfo, Timings, ToolCall};
+use std::panic::AssertUnwindSafe;
+
+use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
+use crate::http::chat::{check_skills, content_length, ready_model};
+use crate::http::error::{ApiError, ErrorStyle, PlainError};
+use crate::http::openai::{
+    ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
+    WireTool, WireToolCall, WireToolChoice,
+};
+use crate::http::peer::PeerWatch;
+use crate::http::AppState;
+
+/// The Ollama API version we answer `/api/version` with: the one whose
+/// request and response shapes these routes follow.
+pub const OLLAMA_API_VERSION: &str = "0.12.0";
+/// Ollama names models `name:tag`; ours has one tag.
+const TAG: &str = ":latest";
+
+#[derive(Debug, Deserialize)]
+pub struct OllamaChatRequest {
+    model: Option<String>,
+    messages: Vec<OllamaMessage>,
+    tools: Option<Vec<WireTool>>,
+    /// `"json"` or a JSON schema.
+    format: Option<Value>,
+    options: Option<OllamaOptions>,
+    /// Ollama streams unless told otherwise.
+    stream: Option<bool>,
+    #[serde(default)]
+    skills: Vec<String>,
+    skills_discovery: Option<bool>,
+    /// Not Ollama's: OpenAI's `tool_choice`, for clients that must have a call.
+    tool_choice: Option<WireToolChoice>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OllamaMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    images: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<OllamaToolCall>>,
+    /// On a tool result: the tool it answers.
+    #[serde(default)]
+    tool_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OllamaToolCall {
+    function: OllamaFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct OllamaFunction {
+    name: String,
+    /// An object, as Ollama sends it.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// The options we honour; others (num_ctx, num_gpu, …) are ignored, as
+/// they describe how Ollama loads a model, which the operator decides here.
+#[derive(Debug, Default, Deserialize)]
+struct OllamaOptions {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    /// -1 (no limit) and -2 (fill the context) mean no limit.
+    num_predict: Option<i64>,
+    seed: Option<i64>,
+    stop: Option<Vec<String>>,
+    repeat_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+}
+
+fn model_name(info: &ModelInfo) -> String {
+    format!("{}{TAG}", info.id)
+}
+
+/// Ollama's request, as the OpenAI request the rest of the server takes.
+fn translate(request: OllamaChatRequest) -> Result<(ChatCompletionRequest, bool), ApiError> {
+    let options = request.options.unwrap_or_default();
+    let max_tokens = match options.num_predict {
+        None => None,
+        Some(n) if n < 0 => None,
+        Some(n) => Some(u32::try_from(n).map_err(|_| {
+            ApiError::bad_param("options.num_predict", format!("'options.num_predict' is too large: {n}"))
+        })?),
+    };
+    let response_format = match request.format {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "json" => {
+            Some(WireResponseFormat { kind: "json_object".into(), json_schema: None })
+        }
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(schema @ Value::Object(_)) => Some(WireResponseFormat {
+            kind: "json_schema".into(),
+            json_schema: Some(WireJsonSchema { schema: Some(schema) }),
+        }),
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "format",
+                format!("'format' must be \"json\" or a JSON schema, got {other}"),
+            ))
+        }
+    };
+    // Ollama's calls carry no ids; results name the tool instead. Give each
+    // call an id and hand it to the first result naming that tool.
+    let mut pending: Vec<(String, String)> = Vec::new();
+    let mut messages = Vec::with_capacity(request.messages.len());
+    for (index, message) in request.messages.into_iter().enumerate() {
+        if message.images.as_ref().is_some_and(|images| !images.is_empty()) {
+            return Err(ApiError::bad_param(
+                &format!("messages[{index}].images"),
+                "this server's model reads text only; remove 'images'",
+            ));
+        }
+        let tool_calls = message.tool_calls.map(|calls| {
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(n, call)| {
+                    let id = format!("call_{index}_{n}");
+                    pending.push((id.clone(), call.function.name.clone()));
+                    WireToolCall {
+                        id: Some(id),
+                        kind: Some("function".into()),
+                        function: WireFunctionCall { name: call.function.name, arguments: call.function.arguments },
+                    }
+                })
+                .collect()
+        });
+        let tool_call_id = (message.role == "tool").then(|| {
+            let position = match &message.tool_name {
+                Some(name) => pending.iter().position(|(_, n)| n == name),
+                None => (!pending.is_empty()).then_some(0),
+            };
+            match position {
+                Some(position) => pending.remove(position).0,
+                None => format!("call_{index}"),
+            }
+        });
+        messages.push(WireMessage {
+            role: message.role,
+            content: message.content.map(WireContent::Text),
+            tool_calls,
+            tool_call_id,
+            name: message.tool_name,
+        });
+    }
+    let stream = request.stream.unwrap_or(true);
+    let wire = ChatCompletionRequest {
+        model: request.model.map(|m| m.strip_suffix(TAG).map(str::to_string).unwrap_or(m)),
+        messages,
+        tools: request.tools,
+        response_format,
+        temperature: options.temperature,
+        top_p: options.top_p,
+        top_k: options.top_k,
+        min_p: options.min_p,
+        max_tokens,
+        seed: options.seed,
+        stop: options.stop.map(Stop::Many),
+        repeat_penalty: options.repeat_penalty,
+        presence_penalty: options.presence_penalty,
+        frequency_penalty: options.frequency_penalty,
+        skills: request.skills,
+        skills_discovery: request.skills_discovery,
+        tool_choice: request.tool_choice,
+        ..ChatCompletionRequest::default()
+    };
+    Ok((wire, stream))
+}
+
+/// `POST /api/chat/ollama` and `POST /ollama/api/chat`
+pub async fn chat(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, PlainError> {
+    let started = Instant::now();
+    state.metrics.requests.with_label_values(&["ollama"]).inc();
+    let result =
+        AssertUnwindSafe(serve(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
+            tracing::error!("an Ollama chat request panicked");
+            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
+        });
+    if let Err(err) = &result {
+        state.metrics.errors.with_label_values(&[err.kind()]).inc();
+    }
+    Ok(result?)
+}
+
+async fn serve(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
+    let ollama: OllamaChatRequest = parse_json(&body)?;
+    let info = ready_model(state)?;
+    let (wire, stream) = translate(ollama)?;
+    let mut validated = wire.validate(&info.id)?;
+    check_skills(state, &mut validated.request)?;
+    let mut chat = state.server.chat(validated.request).await?;
+    let mut peer = PeerWatch::new(request);
+    match peer.next_event(&mut chat).await {
+        Some(ChatEvent::Accepted) => {}
+        Some(ChatEvent::Failed(err)) => return Err(err.into()),
+        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
+    }
+    let reply = Reply { app: state.clone(), model: model_name(&info), started, first_output: true };
+    if stream {
+        let lines = ndjson_stream(reply, chat, peer);
+        return Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(lines));
+    }
+    let mut reply = reply;
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    while let Some(event) = peer.next_event(&mut chat).await {
+        match event {
+            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
+            ChatEvent::Content(text) => {
+                reply.output_started();
+                content.push_str(&text);
+            }
+            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
+            ChatEvent::ToolCalls(made) => calls = made,
+            ChatEvent::Finished { finish, usage, timings, rounds } => {
+                let mut message = json!({"role": "assistant", "content": content});
+                if !calls.is_empty() {
+                    message["tool_calls"] = tool_calls_json(&calls);
+                }
+                return Ok(HttpResponse::Ok().json(reply.done(message, finish, usage, &timings, &rounds)));
+            }
+            ChatEvent::Failed(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Internal("the request ended without an answer".into()))
+}
+
+/// What every line of one reply shares.
+struct Reply {
+    app: web::Data<AppState>,
+    model: String,
+    started: Instant,
+    first_output: bool,
+}
+
+fn now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+fn nanos(ms: f64) -> u64 {
+    (ms * 1_000_000.0).max(0.0) as u64
+}
+
+/// Ollama's calls: arguments as an object.
+fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|call| {
+                let arguments = serde_json::from_str::<Value>(&call.arguments).unwrap_or_else(|_| json!({}));
+                json!({"function": {"name": call.name, "arguments": arguments}})
+            })
+            .collect(),
+    )
+}
+
+impl Reply {
+    fn output_started(&mut self) {
+        if self.first_output {
+            self.first_output = false;
+            self.app.metrics.time_to_first_token.observe(self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn line(&self, message: Value) -> Value {
+        json!({"model": self.model, "created_at": now(), "message": message, "done": false})
+    }
+
+    /// The last object: Ollama's counts and durations (nanoseconds).
+    fn done(
+        &self,
+        message: Value,
+        finish: ChatFinish,
+        usage: Usage,
+        timings: &Timings,
+        rounds: &[RoundStats],
+    ) -> Value {
+        self.app.metrics.finished(usage.prompt_tokens, timings);
+        let total = nanos(self.started.elapsed().as_secs_f64() * 1000.0);
+        let prompt: u64 = rounds.iter().map(|r| nanos(r.time_to_first_token_ms)).sum();
+        json!({
+            "model": self.model,
+            "created_at": now(),
+            "message": message,
+            "done": true,
+            "done_reason": if finish == ChatFinish::Length { "length" } else { "stop" },
+            "total_duration": total,
+            "load_duration": 0,
+            "prompt_eval_count": usage.prompt_tokens,
+            "prompt_eval_duration": prompt,
+            "eval_count": usage.completion_tokens,
+            "eval_duration": total.saturating_sub(prompt),
+        })
+    }
+}
+
+fn line_bytes(value: &Value) -> Bytes {
+    Bytes::from(format!("{value}\n"))
+}
+
+/// One JSON object per line, the last with `done: true`.
+fn ndjson_stream(
+    reply: Reply,
+    chat: ChatStream,
+    peer: PeerWatch,
+) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
+    struct State {
+        reply: Reply,
+        chat: ChatStream,
+        peer: PeerWatch,
+        done: bool,
+    }
+    let state = State { reply, chat, peer, done: false };
+    let lines = stream::unfold(state, |mut state| async move {
+        if state.done {
+            return None;
+        }
+        loop {
+            let line = match state.peer.next_event(&mut state.chat).await {
+                Some(ChatEvent::Accepted | ChatEvent::ToolProgress(_)) => continue,
+                Some(ChatEvent::SkillStep(step)) => {
+                    state.reply.app.metrics.skill_step(&step);
+                    continue;
+                }
+                Some(ChatEvent::Content(text)) => {
+                    state.reply.output_started();
+                    state.reply.line(json!({"role": "assistant", "content": text}))
+                }
+                Some(ChatEvent::ToolCalls(calls)) => {
+                    state.reply.line(json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(&calls)}))
+                }
+                Some(ChatEvent::Finished { finish, usage, timings, rounds }) => {
+                    state.done = true;
+                    let message = json!({"role": "assistant", "content": ""});
+                    state.reply.done(message, finish, usage, &timings, &rounds)
+                }
+                Some(ChatEvent::Failed(err)) => {
+                    state.done = true;
+                    let err = ApiError::from(err);
+                    state.reply.app.metrics.errors.with_label_values(&[err.kind()]).inc();
+                    err.body(ErrorStyle::Plain)
+                }
+                None if state.peer.is_closed() => return None,
+                None => {
+                    state.done = true;
+                    ApiError::Internal("the request ended without an answer".into()).body(ErrorStyle::Plain)
+                }
+            };
+            return Some((Ok(line_bytes(&line)), state));
+        }
+    });
+    AssertUnwindSafe(lines).catch_unwind().map(|line| match line {
+        Ok(line) => line,
+        Err(_) => {
+            tracing::error!("a streamed Ollama request panicked");
+            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
+            Ok(line_bytes(&err.body(ErrorStyle::Plain)))
+        }
+    })
+}
+
+fn details(info: &ModelInfo) -> Value {
+    let quantization = info.id.rsplit(['.', '-']).next().unwrap_or_default().to_string();
+    json!({
+        "format": "gguf",
+        "family": info.architecture,
+        "families": [info.architecture],
+        "parameter_size": parameter_size(info.n_params),
+        "quantization_level": quantization,
+    })
+}
+
+fn parameter_size(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{}M", n / 1_000_000),
+        n => format!("{n}"),
+    }
+}
+
+/// `GET /ollama/api/tags`
+pub async fn tags(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
+    let info = ready_model(&state)?;
+    let modified = chrono::DateTime::<Utc>::from_timestamp(state.started_at as i64, 0).unwrap_or_default();
+    Ok(HttpResponse::Ok().json(json!({"models": [{
+        "name": model_name(&info),
+        "model": model_name(&info),
+        "modified_at": modified.to_rfc3339_opts(SecondsFormat::Secs, true),
+        "size": info.size_bytes,
+        "digest": "",
+        "details": details(&info),
+    }]})))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ShowRequest {
+    model: Option<String>,
+    /// The older spelling.
+    name: Option<String>,
+}
+
+/// `POST /ollama/api/show`
+pub async fn show(state: web::Data<AppState>, body: web::Bytes) -> Result<HttpResponse, PlainError> {
+    let request: ShowRequest = parse_json(&body)?;
+    let info = ready_model(&state)?;
+    let asked = request.model.or(request.name).unwrap_or_default();
+    let bare = asked.strip_suffix(TAG).unwrap_or(&asked);
+    if bare != info.id && bare.strip_suffix(".gguf") != Some(info.id.as_str()) {
+        return Err(ApiError::ModelNotFound(format!(
+            "model '{asked}' not found; this server serves '{}'",
+            model_name(&info)
+        ))
+        .into());
+    }
+    let mut capabilities = vec!["completion"];
+    if info.format.capabilities().tools {
+        capabilities.push("tools");
+    }
+    Ok(HttpResponse::Ok().json(json!({
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": details(&info),
+        "model_info": {
+            "general.architecture": info.architecture,
+            "general.parameter_count": info.n_params,
+            format!("{}.context_length", info.architecture): info.n_ctx_train,
+        },
+        "capabilities": capabilities,
+        "modified_at": chrono::DateTime::<Utc>::from_timestamp(state.started_at as i64, 0)
+            .unwrap_or_default()
+            .to_rfc3339_opts(SecondsFormat::Secs, true),
+    })))
+}
+
+/// `GET /ollama/api/version`
+pub async fn version() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"version": OLLAMA_API_VERSION}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translated(body: Value) -> Result<(ChatCompletionRequest, bool), ApiError> {
+        translate(serde_json::from_value(body).unwrap())
+    }
+
+    #[test]
+    fn tool_results_get_the_ids_of_the_calls_they_answer() {
+        let (wire, stream) = translated(json!({
+            "model": "smol:latest",
+            "messages": [
+                {"role": "user", "content": "weather in Paris and the time?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "weather", "arguments": {"city": "Paris"}}},
+                    {"function": {"name": "time", "arguments": {}}}
+                ]},
+                {"role": "tool", "tool_name": "time", "content": "noon"},
+                {"role": "tool", "tool_name": "weather", "content": "sunny"}
+            ],
+            "options": {"num_predict": -1, "temperature": 0.5, "stop": ["x"]}
+        }))
+        .unwrap();
+        assert!(stream, "Ollama streams by default");
+        assert_eq!(wire.model.as_deref(), Some("smol"));
+        assert_eq!(wire.max_tokens, None);
+        assert_eq!(wire.temperature, Some(0.5));
+        assert_eq!(wire.messages[2].tool_call_id.as_deref(), Some("call_1_1"));
+        assert_eq!(wire.messages[3].tool_call_id.as_deref(), Some("call_1_0"));
+        let validated = wire.validate("smol").unwrap();
+        assert_eq!(validated.request.messages[1].tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+    }
+
+    #[test]
+    fn bad_shapes_name_the_field() {
+        let cases = [
+            (json!({"messages": [], "format": 3}), "'format' must be"),
+            (json!({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}), "reads text only"),
+        ];
+        for (body, message) in cases {
+            let err = translated(body).unwrap_err();
+            assert!(err.to_string().contains(message), "{err}");
+        }
+        let (wire, stream) = translated(json!({"messages": [], "format": "json", "stream": false})).unwrap();
+        assert!(!stream);
+        assert_eq!(wire.response_format.unwrap().kind, "json_object");
+    }
+}

@@ -1,0 +1,333 @@
+//! The Web UI: its page and assets (embedded in the binary), `GET
+//! /api/models`, and `POST /api/chat`, an SSE stream of content,
+//! `skill_step` and `tool_progress` frames ending with a `done` frame.
+
+use std::time::{Duration, Instant};
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::stream::{self, Stream};
+use futures_util::{FutureExt, StreamExt};
+use rand::distr::{Alphanumeric, SampleString};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use skillhost_actors::request::{SkillStep, ToolPhase, ToolProgress};
+use skillhost_actors::{ChatEvent, ChatStream};
+use std::panic::AssertUnwindSafe;
+
+use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
+use crate::http::chat::{check_skills, content_length, ready_model};
+use crate::http::error::{ApiError, ErrorStyle, PlainError};
+use crate::http::openai::{
+    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, WireMessage,
+    WireToolChoice,
+};
+use crate::http::peer::PeerWatch;
+use crate::http::AppState;
+
+/// A comment frame goes out after this long without any other, so proxies
+/// and browsers keep a slow turn's connection open.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Longest conversation id a client may choose.
+pub const MAX_CONVERSATION_ID_LEN: usize = 64;
+
+/// The page's files: path, content type, body.
+const ASSETS: [(&str, &str, &str); 4] = [
+    ("index.html", "text/html; charset=utf-8", include_str!("../web/index.html")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("../web/app.js")),
+    ("markdown.js", "text/javascript; charset=utf-8", include_str!("../web/markdown.js")),
+    ("style.css", "text/css; charset=utf-8", include_str!("../web/style.css")),
+];
+
+/// Everything the page loads comes from this server; no script is inline.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+fn asset(name: &str) -> HttpResponse {
+    match ASSETS.iter().find(|(file, _, _)| *file == name) {
+        Some((_, content_type, body)) => HttpResponse::Ok()
+            .content_type(*content_type)
+            .insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
+            .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+            .insert_header((header::REFERRER_POLICY, "no-referrer"))
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .body(*body),
+        None => ApiError::NotFound(format!("there is no asset '{name}'")).response(ErrorStyle::Plain),
+    }
+}
+
+/// `GET /`
+pub async fn index() -> HttpResponse {
+    asset("index.html")
+}
+
+/// `GET /favicon.ico`: browsers ask for it unprompted; the page has none.
+pub async fn favicon() -> HttpResponse {
+    HttpResponse::NoContent().finish()
+}
+
+/// `GET /assets/{name}`
+pub async fn assets(name: web::Path<String>) -> HttpResponse {
+    asset(&name)
+}
+
+/// `GET /api/models`: the loaded model and what the UI may offer.
+pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
+    let info = ready_model(&state)?;
+    let code_exec = state.server.exec().is_some_and(|e| e.code_exec);
+    let skills = state.server.skills().map(|skills| {
+        json!({
+            "enabled": true,
+            "installable": skills.installable,
+            "allowScripts": state.server.allows_scripts(),
+            "count": skills.snapshot().skills.len(),
+        })
+    });
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": [{
+            "id": info.id,
+            "object": "model",
+            "context_length": info.n_ctx,
+            "architecture": info.architecture,
+            "capabilities": {"tools": info.format.capabilities().tools, "codeExec": code_exec},
+        }],
+        "skills": skills,
+    })))
+}
+
+/// The body of `POST /api/chat`.
+#[derive(Debug, Deserialize)]
+pub struct WebChatRequest {
+    messages: Vec<WireMessage>,
+    #[serde(default)]
+    skills: Vec<String>,
+    skills_discovery: Option<bool>,
+    #[serde(rename = "maxTokens")]
+    max_tokens: Option<u32>,
+    temperature: Option<f32>,
+    #[serde(rename = "conversationId")]
+    conversation_id: Option<String>,
+    /// Not sent by the page; lets a test or script hold the first round to a tool.
+    tool_choice: Option<WireToolChoice>,
+}
+
+fn conversation_id(given: Option<String>) -> Result<String, ApiError> {
+    let Some(id) = given else {
+        return Ok(format!("c-{}", Alphanumeric.sample_string(&mut rand::rng(), 20)));
+    };
+    let valid = !id.is_empty()
+        && id.len() <= MAX_CONVERSATION_ID_LEN
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(ApiError::bad_param(
+            "conversationId",
+            format!(
+                "'conversationId' must be 1 to {MAX_CONVERSATION_ID_LEN} letters, digits, '-' or '_'; leave it out to start a new conversation"
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+/// `POST /api/chat`
+pub async fn chat(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, PlainError> {
+    let started = Instant::now();
+    state.metrics.requests.with_label_values(&["webui"]).inc();
+    let result =
+        AssertUnwindSafe(start_chat(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
+            tracing::error!("a Web UI chat request panicked");
+            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
+        });
+    if let Err(err) = &result {
+        state.metrics.errors.with_label_values(&[err.kind()]).inc();
+    }
+    Ok(result?)
+}
+
+async fn start_chat(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
+    let web_request: WebChatRequest = parse_json(&body)?;
+    let info = ready_model(state)?;
+    let conversation = conversation_id(web_request.conversation_id)?;
+    let wire = ChatCompletionRequest {
+        messages: web_request.messages,
+        skills: web_request.skills,
+        skills_discovery: web_request.skills_discovery,
+        max_tokens: web_request.max_tokens,
+        temperature: web_request.temperature,
+        tool_choice: web_request.tool_choice,
+        ..ChatCompletionRequest::default()
+    };
+    let mut validated = wire.validate(&info.id).map_err(|err| match err {
+        // The page speaks camelCase.
+        ApiError::BadRequest { message, param } => ApiError::BadRequest {
+            message: message.replace("'max_tokens'", "'maxTokens'"),
+            param: param.map(|p| if p == "max_tokens" { "maxTokens".to_string() } else { p }),
+        },
+        other => other,
+    })?;
+    check_skills(state, &mut validated.request)?;
+    validated.request.conversation = Some(conversation.clone());
+    let mut chat = state.server.chat(validated.request).await?;
+    let mut peer = PeerWatch::new(request);
+    match peer.next_event(&mut chat).await {
+        Some(ChatEvent::Accepted) => {}
+        Some(ChatEvent::Failed(err)) => return Err(err.into()),
+        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
+    }
+    let stream = web_stream(WebStream {
+        app: state.clone(),
+        chat,
+        peer,
+        conversation,
+        started,
+        first_output: true,
+        pending: Default::default(),
+        done: false,
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream))
+}
+
+/// `DELETE /api/conversations/{id}`: the conversation's workspace goes (once
+/// no request holds it).
+pub async fn close_conversation(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    let closed = state.server.exec().is_some_and(|exec| exec.conversations.close(&id));
+    Ok(HttpResponse::Ok().json(json!({"closed": closed})))
+}
+
+struct WebStream {
+    app: web::Data<AppState>,
+    chat: ChatStream,
+    peer: PeerWatch,
+    conversation: String,
+    started: Instant,
+    first_output: bool,
+    pending: std::collections::VecDeque<Bytes>,
+    done: bool,
+}
+
+fn frame(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+pub fn skill_step_json(step: &SkillStep) -> Value {
+    json!({
+        "skill_step": step.tool,
+        "agent_id": step.agent_id,
+        "skill": step.skill,
+        "detail": step.detail,
+        "ok": step.ok,
+        "round": step.round,
+    })
+}
+
+pub fn tool_progress_json(progress: &ToolProgress) -> Value {
+    let phase = match progress.phase {
+        ToolPhase::Writing => "writing",
+        ToolPhase::Running => "running",
+        ToolPhase::Finished => "finished",
+    };
+    let files: Vec<Value> = progress
+        .files
+        .iter()
+        .map(|file| {
+            let url = crate::http::artifacts::artifact_url(&progress.run_id, &file.path);
+            json!({"path": file.path, "bytes": file.bytes, "url": url})
+        })
+        .collect();
+    json!({"tool_progress": {
+        "phase": phase,
+        "tool": progress.tool,
+        "detail": progress.detail,
+        "round": progress.round,
+        "files": files,
+    }})
+}
+
+fn web_stream(state: WebStream) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
+    let frames = stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(bytes) = state.pending.pop_front() {
+                return Some((Ok(bytes), state));
+            }
+            if state.done {
+                return None;
+            }
+            match tokio::time::timeout(KEEP_ALIVE, state.peer.next_event(&mut state.chat)).await {
+                Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), state)),
+                Ok(Some(event)) => state.on_event(event),
+                // The client left: ending the body drops the request.
+                Ok(None) if state.peer.is_closed() => return None,
+                Ok(None) => state.fail(&ApiError::Internal("the request ended without an answer".into())),
+            }
+        }
+    });
+    AssertUnwindSafe(frames).catch_unwind().map(|frame| match frame {
+        Ok(frame) => frame,
+        Err(_) => {
+            tracing::error!("a Web UI stream panicked");
+            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
+            Ok(self::frame(&err.body(ErrorStyle::Plain)))
+        }
+    })
+}
+
+impl WebStream {
+    fn output_started(&mut self) {
+        if self.first_output {
+            self.first_output = false;
+            self.app.metrics.time_to_first_token.observe(self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn on_event(&mut self, event: ChatEvent) {
+        match event {
+            ChatEvent::Accepted => {}
+            ChatEvent::Content(text) => {
+                self.output_started();
+                self.pending.push_back(frame(&json!({"content": text})));
+            }
+            ChatEvent::SkillStep(step) => {
+                self.app.metrics.skill_step(&step);
+                self.pending.push_back(frame(&skill_step_json(&step)));
+            }
+            ChatEvent::ToolProgress(progress) => self.pending.push_back(frame(&tool_progress_json(&progress))),
+            ChatEvent::ToolCalls(calls) => {
+                self.pending.push_back(frame(&json!({"tool_calls": tool_calls_json(&calls)})));
+            }
+            ChatEvent::Finished { finish, usage, timings, rounds } => {
+                self.app.metrics.finished(usage.prompt_tokens, &timings);
+                self.pending.push_back(frame(&json!({
+                    "done": true,
+                    "finish_reason": finish_reason(finish),
+                    "usage": usage_json(&usage, &timings),
+                    "timings": timings_json(&timings),
+                    "rounds": rounds_json(&rounds),
+                    "conversationId": self.conversation,
+                })));
+                self.done = true;
+            }
+            ChatEvent::Failed(err) => self.fail(&err.into()),
+        }
+    }
+
+    fn fail(&mut self, err: &ApiError) {
+        self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
+        self.pending.push_back(frame(&err.body(ErrorStyle::Plain)));
+        self.done = true;
+    }
+}

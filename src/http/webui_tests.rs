@@ -1,0 +1,223 @@
+//! The Web UI's routes with the scripted model: the `/api/chat` frames of a
+//! two-round skills request in order and shape, `/api/models`, the page's
+//! headers, and the refusals.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix_web::{test, web, App};
+use serde_json::{json, Value};
+use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::ModelSource;
+use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::{ModelStatus, Server, ServerConfig};
+
+use crate::http::{configure, metrics::Metrics, AppState};
+
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let skills = skills.then(|| SkillsConfig {
+        roots: vec![Root {
+            path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
+            origin: Origin::Discovered,
+        }],
+        install_dir: None,
+        watch: false,
+    });
+    let config = ServerConfig {
+        model: ModelSource::Provided(backend),
+        skills,
+        loop_settings: LoopSettings::default(),
+        exec: None,
+    };
+    let server = Server::start(config).await.unwrap();
+    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
+    web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 })
+}
+
+/// The `data:` frames of an SSE body, parsed.
+fn frames(body: &[u8]) -> Vec<Value> {
+    let text = std::str::from_utf8(body).unwrap();
+    assert!(text.ends_with("\n\n"), "{text}");
+    text.split("\n\n")
+        .filter(|chunk| !chunk.is_empty())
+        .map(|chunk| serde_json::from_str(chunk.strip_prefix("data: ").unwrap()).unwrap())
+        .collect()
+}
+
+#[actix_web::test]
+async fn a_two_round_skills_request_streams_every_round_with_its_skill_step() {
+    let outputs = vec![
+        "I will read the skill first.\n<tool_call>\n{\"name\": \"skills_read\", \"arguments\": {\"skill\": \"notes\"}}\n</tool_call>".to_string(),
+        "2026-11-30\nDecisions: none.\nNOTE-7".to_string(),
+    ];
+    let app = test::init_service(App::new().app_data(state(outputs, true).await).configure(configure)).await;
+    let body = json!({
+        "messages": [{"role": "user", "content": "Write the meeting notes."}],
+        "skills": ["notes"],
+        "maxTokens": 200,
+        "conversationId": "conv-1",
+    });
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(body).to_request()).await;
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
+    let frames = frames(&test::read_body(response).await);
+
+    // Round 1's text, then the step, then round 2's text, then `done`.
+    let step_at = frames.iter().position(|f| f.get("skill_step").is_some()).unwrap();
+    assert_eq!(
+        frames[step_at],
+        json!({"skill_step": "skills_read", "agent_id": "/root", "skill": "notes", "detail": "SKILL.md", "ok": true, "round": 1})
+    );
+    let text = |range: &[Value]| range.iter().filter_map(|f| f["content"].as_str()).collect::<String>();
+    let before = &frames[..step_at];
+    let after = &frames[step_at + 1..frames.len() - 1];
+    assert!(before.iter().all(|f| f.get("content").is_some()), "{before:?}");
+    assert!(after.iter().all(|f| f.get("content").is_some()), "{after:?}");
+    // Each round streams in several frames, not one block at its end.
+    assert!(before.len() > 1 && after.len() > 1, "{} and {} frames", before.len(), after.len());
+    assert_eq!(text(before), "I will read the skill first.");
+    assert_eq!(text(after), "\n\n2026-11-30\nDecisions: none.\nNOTE-7");
+    assert!(!text(&frames).contains("tool_call"));
+
+    let done = frames.last().unwrap();
+    assert_eq!(done["done"], true);
+    assert_eq!(done["finish_reason"], "stop");
+    assert_eq!(done["conversationId"], "conv-1");
+    assert_eq!(done["rounds"].as_array().unwrap().len(), 2);
+    assert!(done["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    assert!(done["timings"]["predicted_n"].as_u64().unwrap() > 0);
+}
+
+#[actix_web::test]
+async fn a_new_conversation_gets_an_id_and_errors_are_frames_or_4xx() {
+    let app = test::init_service(
+        App::new().app_data(state(vec!["Hi.".into(), "Again.".into()], false).await).configure(configure),
+    )
+    .await;
+    let body = json!({"messages": [{"role": "user", "content": "hello"}]});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(body).to_request()).await;
+    let frames = frames(&test::read_body(response).await);
+    assert_eq!(frames[0], json!({"content": "Hi."}));
+    let id = frames.last().unwrap()["conversationId"].as_str().unwrap().to_string();
+    assert!(id.starts_with("c-") && id.len() > 10, "{id}");
+
+    let cases = [
+        (json!({"messages": "hello"}), "messages"),
+        (json!({"messages": [{"role": "user", "content": "x"}], "maxTokens": "many"}), "maxTokens"),
+        (json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "../etc"}), "conversationId"),
+        (json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "a".repeat(65)}), "conversationId"),
+        (json!({"messages": [{"role": "user", "content": "x"}], "skills": ["notes"]}), "skills"),
+        (json!({"messages": []}), "messages"),
+    ];
+    for (body, field) in cases {
+        let response =
+            test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(&body).to_request()).await;
+        assert_eq!(response.status().as_u16(), 400, "{body}");
+        let error: Value = test::read_body_json(response).await;
+        let message = error["error"].as_str().unwrap();
+        assert!(message.contains(field), "{body} → {message}");
+    }
+    // A conversation id at the limit is fine.
+    let body = json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "a".repeat(64)});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(body).to_request()).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let response = test::call_service(&app, test::TestRequest::get().uri("/api/chat").to_request()).await;
+    assert_eq!(response.status().as_u16(), 405);
+}
+
+#[actix_web::test]
+async fn models_block_and_the_page_headers() {
+    let app = test::init_service(App::new().app_data(state(vec![], true).await).configure(configure)).await;
+    let models: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/api/models").to_request()).await;
+    assert_eq!(models["data"][0]["context_length"], 8192);
+    assert_eq!(models["data"][0]["capabilities"]["codeExec"], false);
+    assert_eq!(models["skills"], json!({"enabled": true, "installable": false, "allowScripts": false, "count": 3}));
+    let app = test::init_service(App::new().app_data(state(vec![], false).await).configure(configure)).await;
+    let models: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/api/models").to_request()).await;
+    assert_eq!(models["skills"], Value::Null);
+
+    for (uri, content_type) in [
+        ("/", "text/html; charset=utf-8"),
+        ("/assets/app.js", "text/javascript; charset=utf-8"),
+        ("/assets/markdown.js", "text/javascript; charset=utf-8"),
+        ("/assets/style.css", "text/css; charset=utf-8"),
+    ] {
+        let response = test::call_service(&app, test::TestRequest::get().uri(uri).to_request()).await;
+        assert_eq!(response.status().as_u16(), 200, "{uri}");
+        assert_eq!(response.headers().get("content-type").unwrap(), content_type);
+        let csp = response.headers().get("content-security-policy").unwrap().to_str().unwrap();
+        assert!(csp.starts_with("default-src 'self'"), "{csp}");
+        assert_eq!(response.headers().get("x-content-type-options").unwrap(), "nosniff");
+    }
+    let response = test::call_service(&app, test::TestRequest::get().uri("/assets/../Cargo.toml").to_request()).await;
+    assert_eq!(response.status().as_u16(), 404);
+    let response = test::call_service(&app, test::TestRequest::get().uri("/assets/secret.js").to_request()).await;
+    assert_eq!(response.status().as_u16(), 404);
+}
+
+#[actix_web::test]
+async fn ollama_shapes_over_http() {
+    let outputs = vec![
+        "Paris.".to_string(),
+        "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string(),
+    ];
+    let app = test::init_service(App::new().app_data(state(outputs, false).await).configure(configure)).await;
+    let body = json!({"model": "scripted:latest", "messages": [{"role": "user", "content": "Capital of France?"}], "stream": false});
+    let reply: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/api/chat/ollama").set_json(body).to_request(),
+    )
+    .await;
+    assert_eq!(reply["message"], json!({"role": "assistant", "content": "Paris."}), "{reply}");
+    assert_eq!(reply["done"], true);
+    assert_eq!(reply["done_reason"], "stop");
+    for field in ["total_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"] {
+        assert!(reply[field].is_u64(), "{field}: {reply}");
+    }
+
+    // Streamed by default: NDJSON, a tool call with object arguments.
+    let tools = json!([{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let body = json!({"model": "scripted", "messages": [{"role": "user", "content": "Weather?"}], "tools": tools});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/ollama/api/chat").set_json(body).to_request()).await;
+    assert_eq!(response.headers().get("content-type").unwrap(), "application/x-ndjson");
+    let body = test::read_body(response).await;
+    let lines: Vec<Value> =
+        std::str::from_utf8(&body).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let call = lines.iter().find(|l| l["message"].get("tool_calls").is_some()).unwrap();
+    assert_eq!(
+        call["message"]["tool_calls"],
+        json!([{"function": {"name": "weather", "arguments": {"city": "Paris"}}}])
+    );
+    assert_eq!(lines.last().unwrap()["done"], true);
+    assert!(lines[..lines.len() - 1].iter().all(|l| l["done"] == false));
+
+    let body = json!({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/ollama/api/chat").set_json(body).to_request()).await;
+    assert_eq!(response.status().as_u16(), 404);
+    let error: Value = test::read_body_json(response).await;
+    assert!(error["error"].as_str().unwrap().contains("gpt-4"));
+
+    let tags: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/ollama/api/tags").to_request()).await;
+    assert_eq!(tags["models"][0]["name"], "scripted:latest");
+    let version: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::get().uri("/ollama/api/version").to_request()).await;
+    assert!(version["version"].is_string());
+    let show: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/ollama/api/show").set_json(json!({"model": "scripted:latest"})).to_request(),
+    )
+    .await;
+    assert!(show["capabilities"].as_array().unwrap().contains(&json!("completion")));
+}

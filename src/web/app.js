@@ -1,0 +1,698 @@
+// The skillhost Web UI: a chat view that streams POST /api/chat and an
+// operators' view that manages skills through /api/skills. No framework and
+// no build step. Text from the model, from skill files and from the server
+// reaches the page only as text nodes (see markdown.js for model output).
+
+import { render } from './markdown.js';
+
+const $ = (id) => document.getElementById(id);
+
+// Everything the chat view remembers between turns.
+const chat = {
+  // Messages sent with every turn: the server keeps no transcript of its own.
+  history: [],
+  // The id the previous turn's final frame named, sent back with the next turn.
+  conversationId: null,
+  // The AbortController of the turn that is running, or null.
+  controller: null,
+  // Bumped by every new conversation, so that a turn stopped by one does not
+  // write its answer into the next.
+  epoch: 0,
+  // Whether the server has skills at all (GET /api/models says null if not).
+  skillsEnabled: false,
+};
+
+// What the skills view last loaded.
+const operator = {
+  listing: { enabled: true, installable: true, skills: [], errors: [] },
+  skills: new Map(),
+  // Bumped per file request, so a slow response cannot replace a newer one.
+  fileRequest: 0,
+};
+
+// ---------------------------------------------------------------------------
+// Small helpers
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// Server errors are lower-case clauses ("a skill named 'x' is already
+// installed; ..."); the page shows each as one sentence.
+function sentence(text) {
+  const trimmed = String(text ?? '').trim();
+  if (!trimmed) return 'Something went wrong.';
+  const capital = trimmed[0].toUpperCase() + trimmed.slice(1);
+  return /[.!?]$/.test(capital) ? capital : `${capital}.`;
+}
+
+async function errorFrom(response) {
+  let message = '';
+  try {
+    const body = await response.json();
+    message = typeof body.error === 'string' ? body.error : body.error?.message ?? '';
+  } catch {
+    message = '';
+  }
+  return sentence(message || `the server answered ${response.status} ${response.statusText}`);
+}
+
+async function request(url, options) {
+  let response;
+  try {
+    response = await fetch(url, options);
+  } catch {
+    throw new Error('The server could not be reached.');
+  }
+  if (!response.ok) {
+    const error = new Error(await errorFrom(response));
+    error.status = response.status;
+    throw error;
+  }
+  return response;
+}
+
+async function fetchJson(url, options) {
+  return (await request(url, options)).json();
+}
+
+function setStatus(node, text, kind) {
+  node.textContent = text;
+  node.classList.toggle('error', kind === 'error');
+  node.classList.toggle('ok', kind === 'ok');
+}
+
+function formatBytes(bytes) {
+  if (!Number.isFinite(bytes)) return '';
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+function skillPath(id, path) {
+  const encoded = path.split('/').map(encodeURIComponent).join('/');
+  return `/api/skills/${encodeURIComponent(id)}/files/${encoded}`;
+}
+
+// ---------------------------------------------------------------------------
+// Views
+
+function showView() {
+  const skills = location.hash === '#skills';
+  $('chat-view').hidden = skills;
+  $('skills-view').hidden = !skills;
+  for (const [id, active] of [['nav-chat', !skills], ['nav-skills', skills]]) {
+    if (active) $(id).setAttribute('aria-current', 'page');
+    else $(id).removeAttribute('aria-current');
+  }
+  if (skills) loadSkills();
+  else $('prompt').focus();
+}
+
+async function loadModels() {
+  let models;
+  try {
+    models = await fetchJson('/api/models');
+  } catch (error) {
+    $('model-info').textContent = error.message;
+    // 503 means the model is still loading: ask again shortly.
+    if (error.status === 503) setTimeout(loadModels, 2000);
+    return;
+  }
+  const model = models.data?.[0];
+  const context = Number.isFinite(model?.context_length)
+    ? ` · ${model.context_length.toLocaleString('en')} tokens of context`
+    : '';
+  $('model-info').textContent = model ? `${model.id}${context}` : 'No model is loaded.';
+  // null means this server has no skills: no picker at all, not an empty one.
+  chat.skillsEnabled = Boolean(models.skills);
+  if (!chat.skillsEnabled) return;
+  try {
+    renderPicker((await fetchJson('/api/skills')).skills ?? []);
+  } catch (error) {
+    $('skill-options').replaceChildren(el('span', 'error-text', error.message));
+    $('skill-picker').hidden = false;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Skill picker
+
+function selectedSkills() {
+  return [...$('skill-options').querySelectorAll('input:checked')].map((box) => box.value);
+}
+
+function renderPicker(skills) {
+  if (!chat.skillsEnabled) return;
+  const before = selectedSkills();
+  const options = $('skill-options');
+  options.replaceChildren();
+  if (skills.length === 0) options.append(el('span', 'empty', 'No skills are registered.'));
+  for (const skill of skills) {
+    const label = el('label', 'toggle');
+    label.title = skill.description ?? '';
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.value = skill.id;
+    box.dataset.skill = skill.id;
+    box.checked = before.includes(skill.id);
+    label.append(box, ` ${skill.id}`);
+    options.append(label);
+  }
+  $('skill-picker').hidden = false;
+  // A selected skill that is gone changes what the model sees.
+  if (selectedSkills().length !== before.length) newConversation();
+}
+
+// ---------------------------------------------------------------------------
+// Chat
+
+function newConversation() {
+  stopTurn();
+  // The server keeps a conversation's working folder between turns; say
+  // that this one is over so it can go now rather than when it expires.
+  if (chat.conversationId) {
+    fetch(`/api/conversations/${encodeURIComponent(chat.conversationId)}`, { method: 'DELETE' }).catch(() => {});
+  }
+  chat.epoch += 1;
+  chat.history = [];
+  chat.conversationId = null;
+  $('messages').replaceChildren($('empty-chat'));
+  $('empty-chat').hidden = false;
+  clearActivity();
+}
+
+function stopTurn() {
+  chat.controller?.abort();
+}
+
+function setRunning(controller) {
+  chat.controller = controller;
+  $('send').disabled = Boolean(controller);
+  $('stop').hidden = !controller;
+}
+
+function showActivity(text) {
+  const activity = $('activity');
+  activity.textContent = text;
+  activity.hidden = !text;
+}
+
+function clearActivity() {
+  showActivity('');
+}
+
+// "skills_read notes · SKILL.md", with the agent named when a child made the call.
+function describeSkillStep(frame) {
+  const agent = frame.agent_id && frame.agent_id !== '/root' ? `${frame.agent_id}: ` : '';
+  const parts = [`${agent}${frame.skill_step} ${frame.skill ?? ''}`.trim()];
+  if (frame.detail) parts.push(frame.detail);
+  if (frame.ok === false) parts.push('failed');
+  return parts.join(' · ');
+}
+
+// "shell · running · python test.py"
+function describeToolProgress(progress) {
+  return [progress.tool, progress.phase, progress.detail].filter(Boolean).join(' · ');
+}
+
+function isNearBottom() {
+  return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
+}
+
+function appendMessage(role) {
+  $('empty-chat').hidden = true;
+  const article = el('article', `message ${role}`);
+  article.setAttribute('aria-label', role === 'user' ? 'You' : 'Assistant');
+  const follow = isNearBottom();
+  $('messages').append(article);
+  if (follow) window.scrollTo(0, document.documentElement.scrollHeight);
+  return article;
+}
+
+function appendUserMessage(text) {
+  appendMessage('user').append(el('div', 'body plain', text));
+}
+
+// The assistant's message, updated as frames arrive. Markdown is rendered
+// at most once per animation frame: re-rendering on every delta of a fast
+// model would do the same work many times between two paints.
+function appendAssistantMessage() {
+  const article = appendMessage('assistant');
+  article.dataset.state = 'running';
+  const reasoning = el('details', 'reasoning');
+  reasoning.hidden = true;
+  reasoning.append(el('summary', '', 'Reasoning'));
+  const reasoningText = el('div', 'reasoning-text');
+  reasoning.append(reasoningText);
+  const body = el('div', 'body');
+  const error = el('p', 'error-text');
+  error.hidden = true;
+  const artifacts = el('div', 'artifacts');
+  artifacts.hidden = true;
+  const meta = el('p', 'meta');
+  article.append(reasoning, body, error, artifacts, meta);
+
+  const seenArtifacts = new Set();
+  let pending = null;
+  let frameRequested = false;
+
+  const flush = () => {
+    frameRequested = false;
+    if (pending === null) return;
+    const follow = isNearBottom();
+    body.replaceChildren(render(pending));
+    pending = null;
+    if (follow) window.scrollTo(0, document.documentElement.scrollHeight);
+  };
+
+  const end = (state, note) => {
+    flush();
+    article.dataset.state = state;
+    if (note) meta.textContent = meta.textContent ? `${note} · ${meta.textContent}` : note;
+  };
+
+  return {
+    setContent(text) {
+      pending = text;
+      if (!frameRequested) {
+        frameRequested = true;
+        requestAnimationFrame(flush);
+      }
+    },
+    setReasoning(text) {
+      reasoning.hidden = false;
+      reasoningText.textContent = text;
+    },
+    addArtifacts(files) {
+      for (const file of files ?? []) {
+        if (!file?.url || seenArtifacts.has(file.url)) continue;
+        // Only the server's own download routes, never a URL from elsewhere.
+        const url = new URL(file.url, location.href);
+        if (url.origin !== location.origin) continue;
+        seenArtifacts.add(file.url);
+        const chip = el('a', 'artifact');
+        chip.href = url.pathname + url.search;
+        const name = String(file.path ?? '').split('/').pop() || 'file';
+        chip.download = name;
+        chip.textContent = file.path ?? name;
+        if (Number.isFinite(file.bytes)) chip.append(el('span', 'artifact-size', formatBytes(file.bytes)));
+        artifacts.append(chip);
+        artifacts.hidden = false;
+      }
+    },
+    finish(frame) {
+      const parts = [];
+      const usage = frame.usage ?? {};
+      const timings = frame.timings ?? {};
+      if (Number.isFinite(usage.completion_tokens)) parts.push(`${usage.completion_tokens} tokens`);
+      let perSecond = timings.predicted_per_second;
+      if (!Number.isFinite(perSecond) && timings.predicted_ms > 0) {
+        perSecond = (timings.predicted_n * 1000) / timings.predicted_ms;
+      }
+      if (Number.isFinite(perSecond)) parts.push(`${perSecond.toFixed(1)} tokens/s`);
+      if (frame.finish_reason === 'length') parts.push('cut off at the token limit');
+      meta.textContent = parts.join(' · ');
+      end('done');
+    },
+    stop() {
+      end('stopped', 'Stopped');
+    },
+    fail(message) {
+      error.textContent = message;
+      error.hidden = false;
+      end('error');
+    },
+  };
+}
+
+function requestBody() {
+  const body = { messages: chat.history.map(({ role, content }) => ({ role, content })) };
+  if (chat.skillsEnabled) {
+    const skills = selectedSkills();
+    if (skills.length) body.skills = skills;
+    body.skills_discovery = $('discovery').checked;
+  }
+  const maxTokens = Number.parseInt($('max-tokens').value, 10);
+  if (Number.isFinite(maxTokens) && maxTokens > 0) body.maxTokens = maxTokens;
+  const temperature = Number.parseFloat($('temperature').value);
+  if (Number.isFinite(temperature)) body.temperature = temperature;
+  if (chat.conversationId) body.conversationId = chat.conversationId;
+  return body;
+}
+
+// Server-sent events over fetch (EventSource cannot POST). Frames are
+// "data:" lines ended by a blank line; lines starting with ":" are
+// keep-alive comments.
+async function* readFrames(stream) {
+  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  let data = [];
+  const take = () => {
+    const text = data.join('\n');
+    data = [];
+    if (text === '[DONE]') return null;
+    try {
+      return JSON.parse(text);
+    } catch {
+      return null;
+    }
+  };
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let newline = buffer.indexOf('\n');
+      while (newline >= 0) {
+        const line = buffer.slice(0, newline).replace(/\r$/, '');
+        buffer = buffer.slice(newline + 1);
+        newline = buffer.indexOf('\n');
+        if (line === '') {
+          const frame = data.length ? take() : null;
+          if (frame) yield frame;
+        } else if (line.startsWith('data:')) {
+          data.push(line.slice(line[5] === ' ' ? 6 : 5));
+        }
+      }
+    }
+    if (buffer.startsWith('data:')) data.push(buffer.slice(buffer[5] === ' ' ? 6 : 5));
+    const last = data.length ? take() : null;
+    if (last) yield last;
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}
+
+// Applies one frame; returns true when it ends the turn.
+function applyFrame(frame, turn, view) {
+  if (typeof frame.content === 'string') {
+    turn.content += frame.content;
+    view.setContent(turn.content);
+  }
+  if (typeof frame.reasoning === 'string') {
+    turn.reasoning += frame.reasoning;
+    view.setReasoning(turn.reasoning);
+  }
+  if (frame.skill_step) showActivity(describeSkillStep(frame));
+  if (frame.tool_progress) {
+    showActivity(describeToolProgress(frame.tool_progress));
+    if (frame.tool_progress.phase === 'finished') view.addArtifacts(frame.tool_progress.files);
+  }
+  if (frame.error) {
+    view.fail(sentence(typeof frame.error === 'string' ? frame.error : frame.error.message));
+    turn.ended = true;
+    return true;
+  }
+  if (frame.done) {
+    turn.ended = true;
+    turn.conversationId = frame.conversationId ?? null;
+    view.finish(frame);
+    return true;
+  }
+  return false;
+}
+
+async function sendPrompt() {
+  const prompt = $('prompt');
+  const text = prompt.value;
+  if (!text.trim() || chat.controller) return;
+  prompt.value = '';
+  fitPrompt();
+  const epoch = chat.epoch;
+  chat.history.push({ role: 'user', content: text });
+  appendUserMessage(text);
+  const view = appendAssistantMessage();
+  const controller = new AbortController();
+  setRunning(controller);
+  const turn = { content: '', reasoning: '', ended: false, conversationId: null };
+  try {
+    const response = await request('/api/chat', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(requestBody()),
+      signal: controller.signal,
+    });
+    for await (const frame of readFrames(response.body)) {
+      if (applyFrame(frame, turn, view)) break;
+    }
+    if (!turn.ended) view.fail('The connection closed before the answer was complete.');
+  } catch (error) {
+    if (controller.signal.aborted) view.stop();
+    else view.fail(error.message);
+  } finally {
+    clearActivity();
+    setRunning(null);
+    if (epoch === chat.epoch) {
+      // A turn that produced no text is dropped from the history, so the
+      // next request does not carry two user messages in a row.
+      if (turn.content || turn.conversationId) chat.history.push({ role: 'assistant', content: turn.content });
+      else chat.history.pop();
+      if (turn.conversationId) chat.conversationId = turn.conversationId;
+    }
+  }
+}
+
+function fitPrompt() {
+  const prompt = $('prompt');
+  prompt.style.height = 'auto';
+  prompt.style.height = `${Math.min(prompt.scrollHeight + 2, 240)}px`;
+}
+
+// ---------------------------------------------------------------------------
+// Skills view
+
+async function loadSkills() {
+  setStatus($('skills-status'), 'Loading the skills…');
+  try {
+    renderSkills(await fetchJson('/api/skills'));
+    setStatus($('skills-status'), operator.listing.enabled ? '' : 'Skills are turned off on this server.');
+  } catch (error) {
+    setStatus($('skills-status'), error.message, 'error');
+  }
+}
+
+function renderSkills(listing) {
+  operator.listing = listing;
+  const skills = listing.skills ?? [];
+  operator.skills = new Map(skills.map((skill) => [skill.id, skill]));
+  const uploadsOff = !listing.enabled || !listing.installable;
+  for (const id of ['upload-file', 'upload-overwrite', 'upload-button']) $(id).disabled = uploadsOff;
+  $('rescan').disabled = !listing.enabled;
+  if (listing.enabled && !listing.installable) {
+    setStatus($('upload-status'), 'This server has no install folder, so uploads are off.');
+  }
+
+  const list = $('skill-list');
+  list.replaceChildren();
+  if (listing.enabled && skills.length === 0) list.append(el('li', 'empty', 'No skills are registered.'));
+  for (const skill of skills) list.append(skillRow(skill));
+
+  const errors = listing.errors ?? [];
+  $('skill-errors').hidden = errors.length === 0;
+  $('skill-error-list').replaceChildren(...errors.map((error) => {
+    const item = el('li');
+    item.append(el('code', '', error.path), el('span', '', ` ${sentence(error.message)}`));
+    return item;
+  }));
+
+  const open = $('skill-detail').dataset.skill;
+  if (open && !operator.skills.has(open)) closeSkill();
+  renderPicker(skills);
+}
+
+function skillRow(skill) {
+  const row = el('li', 'skill-row');
+  row.dataset.skill = skill.id;
+  const head = el('div', 'skill-head');
+  const name = el('button', 'skill-name', skill.id);
+  name.type = 'button';
+  name.dataset.open = skill.id;
+  name.title = 'Show its files';
+  const origin = el('span', `origin ${skill.origin === 'installed' ? 'installed' : 'discovered'}`, skill.origin);
+  head.append(name, origin);
+  const fileCount = (skill.files ?? []).length;
+  head.append(el('span', 'skill-size', `${fileCount + 1} files · ${formatBytes(skill.bytes)}`));
+  if (skill.origin === 'installed') {
+    const remove = el('button', 'danger small', 'Delete');
+    remove.type = 'button';
+    remove.dataset.delete = skill.id;
+    head.append(remove);
+  }
+  row.append(head, el('p', 'description', skill.description ?? ''));
+  const warnings = skill.warnings ?? [];
+  if (warnings.length) {
+    const list = el('ul', 'warnings');
+    for (const warning of warnings) list.append(el('li', '', sentence(warning)));
+    row.append(list);
+  }
+  return row;
+}
+
+function openSkill(id) {
+  const skill = operator.skills.get(id);
+  if (!skill) return;
+  const detail = $('skill-detail');
+  detail.dataset.skill = id;
+  detail.hidden = false;
+  $('skill-detail-title').textContent = skill.name && skill.name !== id ? `${id} (${skill.name})` : id;
+  // The listing leaves SKILL.md out of `files`; the files route serves it.
+  const files = [{ path: 'SKILL.md', text: true, kind: 'instructions' }, ...(skill.files ?? [])]
+    .filter((file, index, all) => all.findIndex((other) => other.path === file.path) === index);
+  const list = $('skill-files');
+  list.replaceChildren();
+  for (const file of files) {
+    const item = el('li');
+    if (file.text) {
+      const button = el('button', 'file-button', file.path);
+      button.type = 'button';
+      button.dataset.file = file.path;
+      item.append(button);
+    } else {
+      // Binary files are served as attachments: offer them as downloads.
+      const link = el('a', 'file-button', file.path);
+      link.href = skillPath(id, file.path);
+      link.download = file.path.split('/').pop();
+      item.append(link);
+    }
+    const about = [file.kind, formatBytes(file.bytes)].filter(Boolean).join(' · ');
+    if (about) item.append(el('span', 'file-about', about));
+    list.append(item);
+  }
+  showFile(id, 'SKILL.md');
+  detail.scrollIntoView({ block: 'nearest' });
+}
+
+function closeSkill() {
+  const detail = $('skill-detail');
+  delete detail.dataset.skill;
+  detail.hidden = true;
+  operator.fileRequest += 1;
+}
+
+async function showFile(id, path) {
+  const ticket = ++operator.fileRequest;
+  for (const button of $('skill-files').querySelectorAll('.file-button')) {
+    button.classList.toggle('selected', button.dataset.file === path);
+  }
+  const content = $('file-content');
+  setStatus($('file-status'), `Loading ${path}…`);
+  try {
+    const text = await (await request(skillPath(id, path))).text();
+    if (ticket !== operator.fileRequest) return;
+    content.textContent = text;
+    content.hidden = false;
+    setStatus($('file-status'), path);
+  } catch (error) {
+    if (ticket !== operator.fileRequest) return;
+    content.hidden = true;
+    setStatus($('file-status'), error.message, 'error');
+  }
+}
+
+async function uploadSkill(event) {
+  event.preventDefault();
+  const status = $('upload-status');
+  const file = $('upload-file').files[0];
+  if (!file) {
+    setStatus(status, 'Choose a ZIP archive first.', 'error');
+    return;
+  }
+  const form = new FormData();
+  form.append('file', file, file.name);
+  if ($('upload-overwrite').checked) form.append('overwrite', 'true');
+  $('upload-button').disabled = true;
+  setStatus(status, `Uploading ${file.name}…`);
+  try {
+    const skill = await fetchJson('/api/skills', { method: 'POST', body: form });
+    setStatus(status, `Installed ${skill.id}.`, 'ok');
+    $('upload-file').value = '';
+    await loadSkills();
+  } catch (error) {
+    setStatus(status, error.message, 'error');
+  } finally {
+    $('upload-button').disabled = false;
+  }
+}
+
+async function deleteSkill(id) {
+  if (!window.confirm(`Delete the installed skill ${id}?`)) return;
+  const status = $('skills-message');
+  try {
+    await fetchJson(`/api/skills/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    setStatus(status, `Deleted ${id}.`, 'ok');
+    await loadSkills();
+  } catch (error) {
+    setStatus(status, error.message, 'error');
+  }
+}
+
+async function rescan() {
+  const status = $('skills-message');
+  $('rescan').disabled = true;
+  setStatus(status, 'Rescanning…');
+  try {
+    const result = await fetchJson('/api/skills/rescan', { method: 'POST' });
+    const changes = result.changes ?? {};
+    const parts = [['added', 'added'], ['removed', 'removed'], ['changed', 'changed']]
+      .filter(([key]) => (changes[key] ?? []).length > 0)
+      .map(([key, label]) => `${label} ${changes[key].join(', ')}`);
+    setStatus(status, parts.length ? sentence(`rescanned: ${parts.join('; ')}`) : 'Rescanned: nothing changed.', 'ok');
+    renderSkills({ ...operator.listing, skills: result.skills ?? [], errors: result.errors ?? [] });
+  } catch (error) {
+    setStatus(status, error.message, 'error');
+  } finally {
+    $('rescan').disabled = !operator.listing.enabled;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Wiring
+
+function start() {
+  $('composer').addEventListener('submit', (event) => {
+    event.preventDefault();
+    sendPrompt();
+  });
+  $('prompt').addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      sendPrompt();
+    }
+  });
+  $('prompt').addEventListener('input', fitPrompt);
+  $('stop').addEventListener('click', stopTurn);
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && chat.controller) {
+      event.preventDefault();
+      stopTurn();
+    }
+  });
+  $('new-chat').addEventListener('click', newConversation);
+  // Another selection is another conversation: the model's context differs.
+  $('skill-options').addEventListener('change', newConversation);
+  $('discovery').addEventListener('change', newConversation);
+
+  $('upload-form').addEventListener('submit', uploadSkill);
+  $('rescan').addEventListener('click', rescan);
+  $('skill-list').addEventListener('click', (event) => {
+    const target = event.target.closest('button');
+    if (target?.dataset.delete) deleteSkill(target.dataset.delete);
+    else if (target?.dataset.open) openSkill(target.dataset.open);
+  });
+  $('skill-files').addEventListener('click', (event) => {
+    const target = event.target.closest('button.file-button');
+    const id = $('skill-detail').dataset.skill;
+    if (target && id) showFile(id, target.dataset.file);
+  });
+  $('skill-detail-close').addEventListener('click', closeSkill);
+
+  window.addEventListener('hashchange', showView);
+  showView();
+  loadModels();
+}
+
+start();
