@@ -72,24 +72,50 @@ pub fn ready_model(state: &AppState) -> Result<std::sync::Arc<skillhost_engine::
     }
 }
 
+/// Runs one chat handler: counts the request under `api`, turns a panic
+/// into a 500 for that request (instead of taking down the worker thread
+/// and its connections), and counts the error it ends with.
+pub async fn guarded(
+    state: &AppState,
+    api: &str,
+    work: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
+) -> Result<HttpResponse, ApiError> {
+    state.metrics.requests.with_label_values(&[api]).inc();
+    let result = AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| {
+        tracing::error!(api, "a chat request panicked");
+        Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
+    });
+    if let Err(err) = &result {
+        state.metrics.errors.with_label_values(&[err.kind()]).inc();
+    }
+    result
+}
+
+/// Checks the selected skills, starts the request, and waits for its first
+/// event, which says whether the engine took the prompt: a bad prompt is a
+/// 400 before any stream starts.
+pub async fn start(
+    state: &AppState,
+    request: &HttpRequest,
+    mut chat_request: skillhost_actors::ChatRequest,
+) -> Result<(ChatStream, PeerWatch), ApiError> {
+    check_skills(state, &mut chat_request)?;
+    let mut chat = state.server.chat(chat_request).await?;
+    let mut peer = PeerWatch::new(request);
+    match peer.next_event(&mut chat).await {
+        Some(ChatEvent::Accepted) => Ok((chat, peer)),
+        Some(ChatEvent::Failed(err)) => Err(err.into()),
+        Some(_) | None => Err(ApiError::Internal("the request ended before it started".into())),
+    }
+}
+
 pub async fn chat_completions(
     state: web::Data<AppState>,
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, OpenAiError> {
     let started = Instant::now();
-    state.metrics.requests.with_label_values(&["openai"]).inc();
-    // A bug that panics while serving one request becomes a 500 for that
-    // request instead of taking down the worker thread and its connections.
-    let result =
-        AssertUnwindSafe(serve(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
-            tracing::error!("a chat request panicked");
-            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
-        });
-    if let Err(err) = &result {
-        state.metrics.errors.with_label_values(&[err.kind()]).inc();
-    }
-    Ok(result?)
+    Ok(guarded(&state, "openai", serve(&state, &request, payload, started)).await?)
 }
 
 async fn serve(
@@ -101,17 +127,8 @@ async fn serve(
     let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
     let wire: ChatCompletionRequest = parse_json(&body)?;
     let info = ready_model(state)?;
-    let mut validated = wire.validate(&info.id)?;
-    check_skills(state, &mut validated.request)?;
-    let mut chat = state.server.chat(validated.request).await?;
-    let mut peer = PeerWatch::new(request);
-    // The first event says whether the engine took the prompt, so a bad
-    // prompt is a 400 before any stream starts.
-    match peer.next_event(&mut chat).await {
-        Some(ChatEvent::Accepted) => {}
-        Some(ChatEvent::Failed(err)) => return Err(err.into()),
-        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
-    }
+    let validated = wire.validate(&info.id)?;
+    let (chat, peer) = start(state, request, validated.request).await?;
     let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
     if validated.stream {
         let body = sse_stream(state.clone(), chat, peer, meta, validated.include_usage);

@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
 use futures_util::stream::{self, Stream};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::RoundStats;
@@ -18,7 +18,7 @@ use skillhost_engine::{ModelInfo, Timings, ToolCall};
 use std::panic::AssertUnwindSafe;
 
 use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
-use crate::http::chat::{check_skills, content_length, ready_model};
+use crate::http::chat::{content_length, guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
@@ -200,16 +200,7 @@ pub async fn chat(
     payload: web::Payload,
 ) -> Result<HttpResponse, PlainError> {
     let started = Instant::now();
-    state.metrics.requests.with_label_values(&["ollama"]).inc();
-    let result =
-        AssertUnwindSafe(serve(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
-            tracing::error!("an Ollama chat request panicked");
-            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
-        });
-    if let Err(err) = &result {
-        state.metrics.errors.with_label_values(&[err.kind()]).inc();
-    }
-    Ok(result?)
+    Ok(guarded(&state, "ollama", serve(&state, &request, payload, started)).await?)
 }
 
 async fn serve(
@@ -222,15 +213,8 @@ async fn serve(
     let ollama: OllamaChatRequest = parse_json(&body)?;
     let info = ready_model(state)?;
     let (wire, stream) = translate(ollama)?;
-    let mut validated = wire.validate(&info.id)?;
-    check_skills(state, &mut validated.request)?;
-    let mut chat = state.server.chat(validated.request).await?;
-    let mut peer = PeerWatch::new(request);
-    match peer.next_event(&mut chat).await {
-        Some(ChatEvent::Accepted) => {}
-        Some(ChatEvent::Failed(err)) => return Err(err.into()),
-        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
-    }
+    let validated = wire.validate(&info.id)?;
+    let (mut chat, mut peer) = start(state, request, validated.request).await?;
     let reply = Reply { app: state.clone(), model: model_name(&info), started, first_output: true };
     if stream {
         let lines = ndjson_stream(reply, chat, peer);

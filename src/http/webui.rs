@@ -8,7 +8,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -17,7 +17,7 @@ use skillhost_actors::{ChatEvent, ChatStream};
 use std::panic::AssertUnwindSafe;
 
 use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
-use crate::http::chat::{check_skills, content_length, ready_model};
+use crate::http::chat::{content_length, guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, WireMessage,
@@ -137,16 +137,7 @@ pub async fn chat(
     payload: web::Payload,
 ) -> Result<HttpResponse, PlainError> {
     let started = Instant::now();
-    state.metrics.requests.with_label_values(&["webui"]).inc();
-    let result =
-        AssertUnwindSafe(start_chat(&state, &request, payload, started)).catch_unwind().await.unwrap_or_else(|_| {
-            tracing::error!("a Web UI chat request panicked");
-            Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
-        });
-    if let Err(err) = &result {
-        state.metrics.errors.with_label_values(&[err.kind()]).inc();
-    }
-    Ok(result?)
+    Ok(guarded(&state, "webui", start_chat(&state, &request, payload, started)).await?)
 }
 
 async fn start_chat(
@@ -176,15 +167,8 @@ async fn start_chat(
         },
         other => other,
     })?;
-    check_skills(state, &mut validated.request)?;
     validated.request.conversation = Some(conversation.clone());
-    let mut chat = state.server.chat(validated.request).await?;
-    let mut peer = PeerWatch::new(request);
-    match peer.next_event(&mut chat).await {
-        Some(ChatEvent::Accepted) => {}
-        Some(ChatEvent::Failed(err)) => return Err(err.into()),
-        Some(_) | None => return Err(ApiError::Internal("the request ended before it started".into())),
-    }
+    let (chat, peer) = start(state, request, validated.request).await?;
     let stream = web_stream(WebStream {
         app: state.clone(),
         chat,
