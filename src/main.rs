@@ -151,16 +151,22 @@ fn init_logging(format: LogFormat) {
 /// Sets up process execution when code execution or skill scripts are on:
 /// the helper, a trial run that decides what this host confines (logged,
 /// and named in every command result), workspaces and artifacts.
-async fn exec_runtime(config: &ServeConfig) -> Result<Option<std::sync::Arc<ExecRuntime>>, String> {
+/// The folders it made for itself come back as guards that remove them when
+/// the server exits.
+async fn exec_runtime(
+    config: &ServeConfig,
+) -> Result<(Option<std::sync::Arc<ExecRuntime>>, Vec<sandbox_cli::OwnedDir>), String> {
     let exec = &config.exec;
     if !exec.code_exec && !config.loop_settings.allow_exec {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
-    let launcher = sandbox_cli::launcher(exec.sandbox_profiles.clone(), &exec.sandbox_user)?;
+    let (launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone(), &exec.sandbox_user)?;
     let base = exec.workspace_dir.join(format!("skillhost-{}", std::process::id()));
     let workspace_base = base.join("workspaces");
     std::fs::create_dir_all(&workspace_base)
         .map_err(|err| format!("--workspace-dir: cannot create {}: {err}", workspace_base.display()))?;
+    let owned: Vec<sandbox_cli::OwnedDir> =
+        profiles.into_iter().chain(std::iter::once(sandbox_cli::OwnedDir(base.clone()))).collect();
     let artifacts = ArtifactStore::new(&base.join("artifacts"))
         .map_err(|err| format!("cannot create the artifact store: {err}"))?;
     let owner = skillhost_actors::workspace::sandbox_owner(&exec.sandbox_user);
@@ -202,18 +208,21 @@ async fn exec_runtime(config: &ServeConfig) -> Result<Option<std::sync::Arc<Exec
         skills_network: exec.skills_network,
         gaps: doctor::gaps_line(&checks),
     };
-    Ok(Some(std::sync::Arc::new(ExecRuntime {
+    let runtime = std::sync::Arc::new(ExecRuntime {
         settings,
         workspace_base,
         owner,
         artifacts,
         code_exec: exec.code_exec,
         conversations: Default::default(),
-    })))
+    });
+    Ok((Some(runtime), owned))
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {
-    let exec = exec_runtime(&config).await?;
+    // Dropped last, after the server has stopped: the workspaces, artifacts
+    // and profile copy this process made go with it.
+    let (exec, _own_folders) = exec_runtime(&config).await?;
     let server = Server::start(ServerConfig {
         model: ModelSource::Load(config.engine.clone()),
         skills: config.skills.clone(),

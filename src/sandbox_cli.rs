@@ -28,14 +28,28 @@ pub fn shipped_profile_dir() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// The helper is this very binary.
-pub fn launcher(profile_dir: Option<PathBuf>, user: &str) -> Result<Launcher, String> {
+/// A folder this process made for its own use, removed when dropped.
+#[derive(Debug)]
+pub struct OwnedDir(pub PathBuf);
+
+impl Drop for OwnedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The helper is this very binary. Without a profile folder, the shipped
+/// profiles are written to one that lives as long as the returned guard.
+pub fn launcher(profile_dir: Option<PathBuf>, user: &str) -> Result<(Launcher, Option<OwnedDir>), String> {
     let helper = std::env::current_exe().map_err(|err| format!("cannot find the skillhost binary: {err}"))?;
-    let profile_dir = match profile_dir {
-        Some(dir) => dir,
-        None => shipped_profile_dir()?,
+    let (profile_dir, owned) = match profile_dir {
+        Some(dir) => (dir, None),
+        None => {
+            let dir = shipped_profile_dir()?;
+            (dir.clone(), Some(OwnedDir(dir)))
+        }
     };
-    Ok(Launcher { helper, profile_dir, user: user.to_string() })
+    Ok((Launcher { helper, profile_dir, user: user.to_string() }, owned))
 }
 
 #[derive(Debug, Args)]
@@ -65,7 +79,7 @@ pub struct RunSandboxedArgs {
 
 /// Runs the command with the terminal attached; returns its exit status.
 pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
-    let launcher = launcher(args.sandbox_profiles, &args.sandbox_user)?;
+    let (launcher, _profiles) = launcher(args.sandbox_profiles, &args.sandbox_user)?;
     let command: Vec<String> = args.command.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     let run = Run {
         profile: &args.profile,
@@ -92,7 +106,7 @@ pub struct DoctorArgs {
 
 /// Prints one line per promise; returns whether every promise holds.
 pub fn doctor(args: DoctorArgs) -> Result<(String, bool), String> {
-    let launcher = launcher(args.sandbox_profiles, &args.sandbox_user)?;
+    let (launcher, _profiles) = launcher(args.sandbox_profiles, &args.sandbox_user)?;
     let scratch = tempfile::tempdir().map_err(|err| format!("cannot create a scratch folder: {err}"))?;
     open_to_sandbox_user(scratch.path());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;

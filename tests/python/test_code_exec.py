@@ -78,3 +78,17 @@ def test_a_workspace_dir_the_sandbox_user_cannot_reach_stops_start_up(tmp_path):
     )
     assert result.returncode != 0
     assert "--workspace-dir" in result.stderr and "cannot reach" in result.stderr, result.stderr
+
+
+def test_the_server_removes_its_own_folders_when_it_stops(start_server):
+    folder = open_temp_dir()
+    server = start_server(
+        "--model", str(DEFAULT_MODEL), "--no-skills", "--code-exec", "--workspace-dir", folder.name,
+        "--ctx-size", "2048",
+    )
+    made = Path(folder.name) / f"skillhost-{server.process.pid}"
+    profiles = Path(tempfile.gettempdir()) / f"skillhost-profiles-{server.process.pid}"
+    assert made.is_dir() and profiles.is_dir()
+    server.stop()
+    assert server.process.returncode == 0, "".join(server.log)
+    assert not made.exists() and not profiles.exists()
