@@ -110,6 +110,8 @@ pub enum ChatEvent {
     Accepted,
     /// Answer text generated since the last event.
     Content(String),
+    /// Thinking text (a `<think>` block) generated since the last event.
+    Reasoning(String),
     /// A skill tool call was answered in process.
     SkillStep(SkillStep),
     /// A code tool call is writing, running or done.

@@ -171,19 +171,20 @@ async fn collect(
     meta: ResponseMeta,
 ) -> Result<HttpResponse, ApiError> {
     let mut content = String::new();
+    let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut first = true;
     let mut artifacts: Vec<Value> = Vec::new();
     while let Some(event) = peer.next_event(&mut chat).await {
+        if first && matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_)) {
+            first = false;
+            state.metrics.time_to_first_token.observe(meta.started.elapsed().as_secs_f64());
+        }
         match event {
             ChatEvent::Accepted => {}
-            ChatEvent::Content(text) => {
-                if first {
-                    first = false;
-                    state.metrics.time_to_first_token.observe(meta.started.elapsed().as_secs_f64());
-                }
-                content.push_str(&text);
-            }
+            ChatEvent::Content(text) => content.push_str(&text),
+            // llama-server's field for a thinking model's reasoning.
+            ChatEvent::Reasoning(text) => reasoning.push_str(&text),
             ChatEvent::ToolCalls(new_calls) => calls.extend(new_calls),
             ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
             ChatEvent::ToolProgress(progress) => {
@@ -196,6 +197,9 @@ async fn collect(
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 state.metrics.finished(usage.prompt_tokens, &timings);
                 let mut message = json!({"role": "assistant", "content": content});
+                if !reasoning.is_empty() {
+                    message["reasoning_content"] = Value::String(std::mem::take(&mut reasoning));
+                }
                 if !calls.is_empty() {
                     if content.is_empty() {
                         message["content"] = Value::Null;
@@ -298,6 +302,10 @@ impl SseState {
             ChatEvent::Content(text) => {
                 self.output_started();
                 self.pending.push_back(frame(&self.meta.chunk(json!({"content": text}), None)));
+            }
+            ChatEvent::Reasoning(text) => {
+                self.output_started();
+                self.pending.push_back(frame(&self.meta.chunk(json!({"reasoning_content": text}), None)));
             }
             ChatEvent::ToolCalls(calls) => {
                 self.output_started();

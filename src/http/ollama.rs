@@ -222,6 +222,7 @@ async fn serve(
     }
     let mut reply = reply;
     let mut content = String::new();
+    let mut thinking = String::new();
     let mut calls = Vec::new();
     while let Some(event) = peer.next_event(&mut chat).await {
         match event {
@@ -230,10 +231,17 @@ async fn serve(
                 reply.output_started();
                 content.push_str(&text);
             }
+            ChatEvent::Reasoning(text) => {
+                reply.output_started();
+                thinking.push_str(&text);
+            }
             ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
             ChatEvent::ToolCalls(made) => calls = made,
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 let mut message = json!({"role": "assistant", "content": content});
+                if !thinking.is_empty() {
+                    message["thinking"] = Value::String(thinking);
+                }
                 if !calls.is_empty() {
                     message["tool_calls"] = tool_calls_json(&calls);
                 }
@@ -345,6 +353,10 @@ fn ndjson_stream(
                 Some(ChatEvent::Content(text)) => {
                     state.reply.output_started();
                     state.reply.line(json!({"role": "assistant", "content": text}))
+                }
+                Some(ChatEvent::Reasoning(text)) => {
+                    state.reply.output_started();
+                    state.reply.line(json!({"role": "assistant", "content": "", "thinking": text}))
                 }
                 Some(ChatEvent::ToolCalls(calls)) => {
                     state.reply.line(json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(&calls)}))

@@ -285,6 +285,10 @@ impl WebStream {
                 self.output_started();
                 self.pending.push_back(frame(&json!({"content": text})));
             }
+            ChatEvent::Reasoning(text) => {
+                self.output_started();
+                self.pending.push_back(frame(&json!({"reasoning": text})));
+            }
             ChatEvent::SkillStep(step) => {
                 self.app.metrics.skill_step(&step);
                 self.pending.push_back(frame(&skill_step_json(&step)));

@@ -221,3 +221,46 @@ async fn ollama_shapes_over_http() {
     .await;
     assert!(show["capabilities"].as_array().unwrap().contains(&json!("completion")));
 }
+
+#[actix_web::test]
+async fn thinking_travels_apart_from_the_answer_on_every_surface() {
+    let output = "<think>The user asks for a capital.</think>\n\nParis.".to_string();
+    let app = test::init_service(
+        App::new().app_data(state(vec![output.clone(), output.clone(), output], false).await).configure(configure),
+    )
+    .await;
+    let messages = json!([{"role": "user", "content": "Capital of France?"}]);
+
+    let response = test::call_service(
+        &app,
+        test::TestRequest::post().uri("/api/chat").set_json(json!({"messages": messages})).to_request(),
+    )
+    .await;
+    let frames = frames(&test::read_body(response).await);
+    let reasoning: String = frames.iter().filter_map(|f| f["reasoning"].as_str()).collect();
+    let content: String = frames.iter().filter_map(|f| f["content"].as_str()).collect();
+    assert_eq!(reasoning, "The user asks for a capital.");
+    assert_eq!(content, "Paris.");
+    let last_reasoning = frames.iter().rposition(|f| f.get("reasoning").is_some()).unwrap();
+    let first_content = frames.iter().position(|f| f.get("content").is_some()).unwrap();
+    assert!(last_reasoning < first_content);
+
+    let reply: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(json!({"messages": messages})).to_request(),
+    )
+    .await;
+    assert_eq!(reply["choices"][0]["message"]["content"], "Paris.");
+    assert_eq!(reply["choices"][0]["message"]["reasoning_content"], "The user asks for a capital.");
+
+    let reply: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post()
+            .uri("/api/chat/ollama")
+            .set_json(json!({"messages": messages, "stream": false}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(reply["message"]["content"], "Paris.");
+    assert_eq!(reply["message"]["thinking"], "The user asks for a capital.");
+}

@@ -7,6 +7,7 @@
 //! tools ends the loop and goes back to the caller, unexecuted.
 
 pub mod output;
+mod reasoning;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -252,7 +253,7 @@ fn prepare_state(args: LoopArgs) -> LoopState {
         backend,
         events,
         relay: None,
-        output: RoundOutput::new(None, Vec::new()),
+        output: RoundOutput::new(None, Vec::new(), false),
         base_messages,
         history: Vec::new(),
         tools,
@@ -302,9 +303,10 @@ impl Actor for LoopActor {
                 }
             }
             LoopMsg::Generated(GenerationEvent::Text(text)) => {
-                let content = state.output.push(&text);
+                let split = state.output.push(&text);
+                let mut alive = split.reasoning.is_empty() || state.emit(ChatEvent::Reasoning(split.reasoning));
                 let mut started = state.output.content_started();
-                let alive = state.emit_content(content, &mut started);
+                alive &= state.emit_content(split.content, &mut started);
                 state.output.set_content_started(started);
                 if !alive {
                     myself.stop(Some("client disconnected".into()));
@@ -388,10 +390,11 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         stops,
         grammar: prepared.grammar,
     };
+    let thinking = reasoning::prompt_opens_thinking(&generate.prompt);
     let submitted = state.backend.submit(generate).await.map_err(chat_error)?;
     state.n_prompt = submitted.n_prompt;
     let offered = tools.iter().map(|t| t.name.clone()).collect();
-    state.output = RoundOutput::new(prepared.tool_family, offered);
+    state.output = RoundOutput::new(prepared.tool_family, offered, thinking);
     if state.round == 1 && !state.emit(ChatEvent::Accepted) {
         myself.stop(Some("client disconnected".into()));
         return Ok(());
@@ -415,6 +418,9 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     let end = state.output.finish();
     for diagnostic in &end.diagnostics {
         tracing::info!(%diagnostic, round = state.round, "the model's tool call was not read");
+    }
+    if !end.reasoning_delta.is_empty() {
+        state.emit(ChatEvent::Reasoning(end.reasoning_delta));
     }
     let mut started = state.output.content_started();
     state.emit_content(end.content_delta, &mut started);

@@ -4,6 +4,8 @@
 use rand::distr::{Alphanumeric, SampleString};
 use skillhost_engine::{ToolCall, ToolFamily};
 
+use super::reasoning::{ReasoningSplit, Split};
+
 /// Length of the random part of a generated call id (`call_` + 24 characters).
 pub const CALL_ID_LEN: usize = 24;
 
@@ -13,8 +15,12 @@ pub struct RoundOutput {
     /// The parser, when the request offered tools.
     family: Option<ToolFamily>,
     declared: Vec<String>,
-    raw: String,
-    /// Bytes of `raw` already sent as content.
+    /// Everything the model wrote, thinking included.
+    full: String,
+    think: ReasoningSplit,
+    /// The answer part, read for tool calls.
+    answer: String,
+    /// Bytes of `answer` already sent as content.
     streamed: usize,
     /// Whether this round has sent any content (rounds are separated by a
     /// blank line when they both have some).
@@ -24,29 +30,42 @@ pub struct RoundOutput {
 /// The end of a round: the last content delta and the calls.
 #[derive(Debug, PartialEq)]
 pub struct RoundEnd {
+    pub reasoning_delta: String,
     pub content_delta: String,
     pub calls: Vec<ToolCall>,
     pub diagnostics: Vec<String>,
 }
 
 impl RoundOutput {
-    pub fn new(family: Option<ToolFamily>, declared: Vec<String>) -> Self {
-        RoundOutput { family, declared, raw: String::new(), streamed: 0, content_started: false }
+    /// `thinking`: the prompt left the model inside a `<think>` block.
+    pub fn new(family: Option<ToolFamily>, declared: Vec<String>, thinking: bool) -> Self {
+        RoundOutput {
+            family,
+            declared,
+            full: String::new(),
+            think: ReasoningSplit::new(thinking),
+            answer: String::new(),
+            streamed: 0,
+            content_started: false,
+        }
     }
 
-    /// Adds generated text; returns the content that is safe to send now.
-    pub fn push(&mut self, delta: &str) -> String {
-        self.raw.push_str(delta);
+    /// Adds generated text; returns the reasoning and the content that are
+    /// safe to send now.
+    pub fn push(&mut self, delta: &str) -> Split {
+        self.full.push_str(delta);
+        let Split { reasoning, content } = self.think.push(delta);
+        self.answer.push_str(&content);
         let safe = match self.family {
-            None => self.raw.len(),
-            Some(family) => family.parser().content_prefix_len(&self.raw),
+            None => self.answer.len(),
+            Some(family) => family.parser().content_prefix_len(&self.answer),
         };
         if safe <= self.streamed {
-            return String::new();
+            return Split { reasoning, content: String::new() };
         }
-        let out = self.raw[self.streamed..safe].to_string();
+        let out = self.answer[self.streamed..safe].to_string();
         self.streamed = safe;
-        out
+        Split { reasoning, content: out }
     }
 
     pub fn content_started(&self) -> bool {
@@ -57,22 +76,24 @@ impl RoundOutput {
         self.content_started = started;
     }
 
-    /// Everything the model wrote this round.
+    /// Everything the model wrote this round, thinking included.
     pub fn raw(&self) -> &str {
-        &self.raw
+        &self.full
     }
 
     /// Reads the calls and returns the content not yet streamed, so the
     /// streamed text always adds up to the final content.
     pub fn finish(&mut self) -> RoundEnd {
+        let Split { reasoning: reasoning_delta, content } = self.think.finish();
+        self.answer.push_str(&content);
         let Some(family) = self.family else {
-            let content_delta = self.raw[self.streamed..].to_string();
-            self.streamed = self.raw.len();
-            return RoundEnd { content_delta, calls: Vec::new(), diagnostics: Vec::new() };
+            let content_delta = self.answer[self.streamed..].to_string();
+            self.streamed = self.answer.len();
+            return RoundEnd { reasoning_delta, content_delta, calls: Vec::new(), diagnostics: Vec::new() };
         };
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
-        let parsed = family.parser().parse(&self.raw, &declared);
-        let streamed = &self.raw[..self.streamed];
+        let parsed = family.parser().parse(&self.answer, &declared);
+        let streamed = &self.answer[..self.streamed];
         let mut diagnostics = parsed.diagnostics;
         let content_delta = match parsed.content.strip_prefix(streamed) {
             Some(rest) => rest.to_string(),
@@ -81,7 +102,7 @@ impl RoundOutput {
                 String::new()
             }
         };
-        self.streamed = self.raw.len();
+        self.streamed = self.answer.len();
         let mut calls: Vec<ToolCall> = Vec::with_capacity(parsed.calls.len());
         for call in parsed.calls {
             // Keep the model's own id when it is unique; otherwise make one.
@@ -91,7 +112,7 @@ impl RoundOutput {
             };
             calls.push(ToolCall { id, name: call.name, arguments: call.arguments });
         }
-        RoundEnd { content_delta, calls, diagnostics }
+        RoundEnd { reasoning_delta, content_delta, calls, diagnostics }
     }
 }
 
@@ -107,8 +128,8 @@ mod tests {
 
     /// Streams `pieces` and returns (streamed content, final delta, call names).
     fn run(family: Option<ToolFamily>, pieces: &[&str]) -> (Vec<String>, String, Vec<String>) {
-        let mut output = RoundOutput::new(family, vec!["get_weather".into()]);
-        let streamed: Vec<String> = pieces.iter().map(|p| output.push(p)).collect();
+        let mut output = RoundOutput::new(family, vec!["get_weather".into()], false);
+        let streamed: Vec<String> = pieces.iter().map(|p| output.push(p).content).collect();
         let end = output.finish();
         (streamed, end.content_delta, end.calls.into_iter().map(|c| c.name).collect())
     }
@@ -144,8 +165,22 @@ mod tests {
     }
 
     #[test]
+    fn thinking_streams_apart_and_its_calls_are_not_read() {
+        let mut output = RoundOutput::new(Some(ToolFamily::Hermes), vec!["get_weather".into()], false);
+        let drafted = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>";
+        let first = output.push(&format!("<think>Maybe {drafted}"));
+        assert_eq!(first.reasoning, format!("Maybe {drafted}"));
+        assert_eq!(first.content, "");
+        let second = output.push("</think>\nNo call needed.");
+        assert_eq!(second.content, "No call needed.");
+        let end = output.finish();
+        assert!(end.calls.is_empty());
+        assert_eq!(output.raw(), format!("<think>Maybe {drafted}</think>\nNo call needed."));
+    }
+
+    #[test]
     fn call_ids_are_unique_and_non_empty() {
-        let mut output = RoundOutput::new(Some(ToolFamily::Mistral), vec![]);
+        let mut output = RoundOutput::new(Some(ToolFamily::Mistral), vec![], false);
         output.push(r#"[TOOL_CALLS][{"name": "a", "arguments": {}, "id": "x"}, {"name": "b", "arguments": {}, "id": "x"}, {"name": "c", "arguments": {}}]"#);
         let ids: Vec<String> = output.finish().calls.into_iter().map(|c| c.id).collect();
         assert_eq!(ids.len(), 3);
