@@ -242,6 +242,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
         server: server.clone(),
         metrics,
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        keep_alive: http::webui::KEEP_ALIVE,
     });
     // Listen first so /health answers 503 while the model loads.
     let http_server = HttpServer::new(move || {

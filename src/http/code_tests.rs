@@ -85,7 +85,12 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 });
+    let state = web::Data::new(AppState {
+        server,
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+    });
     Harness { state, backend, base }
 }
 
@@ -382,4 +387,29 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
             .await;
     assert_eq!(closed, json!({"closed": true}));
     assert_eq!(workspaces(harness.base.path()), 0);
+}
+
+#[actix_web::test]
+async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
+    let outputs = vec![call("shell", json!({"command": "sleep 1; echo slept"})), "Done.".to_string()];
+    let harness = harness(outputs).await;
+    // The same server, with a keep-alive far shorter than the command.
+    let state = web::Data::new(AppState {
+        server: harness.state.server.clone(),
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: Duration::from_millis(200),
+    });
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Wait a second."}]});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(body).to_request()).await;
+    let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    let chunks: Vec<&str> = body.split("\n\n").filter(|c| !c.is_empty()).collect();
+    let running = chunks.iter().position(|c| c.contains("\"phase\":\"running\"")).unwrap();
+    let finished = chunks.iter().position(|c| c.contains("\"phase\":\"finished\"")).unwrap();
+    // While the command ran, the stream was kept open with comments only.
+    assert!(chunks[running + 1..finished].iter().all(|c| *c == ": keep-alive"), "{body}");
+    assert!(finished > running + 1, "no keep-alive while the command ran: {body}");
+    assert!(chunks.last().unwrap().contains("\"done\":true"));
 }

@@ -22,6 +22,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// Unix time the server started, reported as the model's `created`.
     pub started_at: u64,
+    /// Silence after which the Web UI stream sends a comment frame.
+    pub keep_alive: std::time::Duration,
 }
 
 /// Registers every route; `main` and the tests build the app through this.

@@ -45,7 +45,12 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
         ServerConfig { model: ModelSource::Provided(backend.clone()), skills: Some(skills), loop_settings, exec: None };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState { server: server.clone(), metrics: Metrics::new().unwrap(), started_at: 0 });
+    let state = web::Data::new(AppState {
+        server: server.clone(),
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+    });
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let mut request = request.clone();
     request["stream"] = Value::Bool(stream);

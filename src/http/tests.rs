@@ -25,7 +25,7 @@ async fn state(n_ctx: u32) -> web::Data<AppState> {
         Ok(m) => m,
         Err(err) => panic!("{err}"),
     };
-    web::Data::new(AppState { server, metrics, started_at: 0 })
+    web::Data::new(AppState { server, metrics, started_at: 0, keep_alive: crate::http::webui::KEEP_ALIVE })
 }
 
 fn france(stream: bool) -> Value {
@@ -295,7 +295,12 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 });
+    let state = web::Data::new(AppState {
+        server,
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+    });
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     // Round 1 is held to a skills_read call by the grammar (the default
     // model's template cannot declare tools, so this is the generic mode).

@@ -251,7 +251,8 @@ fn web_stream(state: WebStream) -> impl Stream<Item = Result<Bytes, actix_web::E
             if state.done {
                 return None;
             }
-            match tokio::time::timeout(KEEP_ALIVE, state.peer.next_event(&mut state.chat)).await {
+            let keep_alive = state.app.keep_alive;
+            match tokio::time::timeout(keep_alive, state.peer.next_event(&mut state.chat)).await {
                 Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), state)),
                 Ok(Some(event)) => state.on_event(event),
                 // The client left: ending the body drops the request.

@@ -35,7 +35,12 @@ async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    web::Data::new(AppState { server, metrics: Metrics::new().unwrap(), started_at: 0 })
+    web::Data::new(AppState {
+        server,
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+    })
 }
 
 /// The `data:` frames of an SSE body, parsed.
