@@ -432,7 +432,12 @@ pub struct ShowRequest {
 }
 
 /// `POST /ollama/api/show`
-pub async fn show(state: web::Data<AppState>, body: web::Bytes) -> Result<HttpResponse, PlainError> {
+pub async fn show(
+    state: web::Data<AppState>,
+    http: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, PlainError> {
+    let body = read_limited(payload, content_length(&http), MAX_JSON_BODY_BYTES).await?;
     let request: ShowRequest = parse_json(&body)?;
     let info = ready_model(&state)?;
     let asked = request.model.or(request.name).unwrap_or_default();

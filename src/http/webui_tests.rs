@@ -225,6 +225,20 @@ async fn ollama_shapes_over_http() {
     )
     .await;
     assert!(show["capabilities"].as_array().unwrap().contains(&json!("completion")));
+    for (body, status) in [("{\"model\": 3}", 400), ("not json", 400), ("{\"model\": \"gpt-4\"}", 404)] {
+        let response = test::call_service(
+            &app,
+            test::TestRequest::post()
+                .uri("/ollama/api/show")
+                .insert_header(("content-type", "application/json"))
+                .set_payload(body)
+                .to_request(),
+        )
+        .await;
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let error: Value = test::read_body_json(response).await;
+        assert!(error["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+    }
 }
 
 #[actix_web::test]
