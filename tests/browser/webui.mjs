@@ -48,6 +48,9 @@ const BROWSER_ARGS = [
   '--disable-background-networking',
   '--disable-component-update',
   '--no-first-run',
+  // Containers often give /dev/shm only 64 MB, where Chromium's renderer
+  // crashes; its shared memory then goes to the temp folder instead.
+  '--disable-dev-shm-usage',
 ];
 
 const HAIKU_SKILL = `---
