@@ -18,7 +18,11 @@ use crate::http::{configure, metrics::Metrics, AppState};
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
-    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    state_with(Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap()), skills).await
+}
+
+/// The app on `backend`, with the scenario skills when `skills`.
+async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<AppState> {
     let skills = skills.then(|| SkillsConfig {
         roots: vec![Root {
             path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
@@ -282,4 +286,27 @@ async fn thinking_travels_apart_from_the_answer_on_every_surface() {
     .await;
     assert_eq!(reply["message"]["content"], "Paris.");
     assert_eq!(reply["message"]["thinking"], "The user asks for a capital.");
+}
+
+#[actix_web::test]
+async fn a_tool_result_too_long_for_the_context_becomes_a_note() {
+    // 3,000 tokens of context at four bytes a token; the manual's first page
+    // is 48 KB.
+    let outputs = vec![
+        "<tool_call>\n{\"name\": \"skills_read\", \"arguments\": {\"skill\": \"long-doc\", \"path\": \"references/manual.md\"}}\n</tool_call>".to_string(),
+        "The manual is too long to read here.".to_string(),
+    ];
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 3000, outputs).unwrap().limiting_context());
+    let state = state_with(backend.clone(), true).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "What does the manual say?"}], "skills": ["long-doc"]});
+    let reply: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    assert_eq!(reply["choices"][0]["message"]["content"], "The manual is too long to read here.", "{reply}");
+    let last = backend.prompts().pop().unwrap();
+    assert!(last.contains("[Result left out: too long for the context.] The result was"), "{last}");
+    assert!(last.len() / 4 <= 3000);
 }

@@ -391,7 +391,15 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         grammar: prepared.grammar,
     };
     let thinking = reasoning::prompt_opens_thinking(&generate.prompt);
-    let submitted = state.backend.submit(generate).await.map_err(chat_error)?;
+    let submitted = match state.backend.submit(generate).await {
+        Ok(submitted) => submitted,
+        // The last tool results pushed the conversation past the context:
+        // the model is told so, in their place, instead of the turn failing.
+        Err(EngineError::PromptTooLong { n_prompt, n_ctx }) if shrink_last_results(state, n_prompt, n_ctx) => {
+            return Box::pin(start_round(myself, state)).await;
+        }
+        Err(err) => return Err(chat_error(err)),
+    };
     state.n_prompt = submitted.n_prompt;
     let offered = tools.iter().map(|t| t.name.clone()).collect();
     state.output = RoundOutput::new(prepared.tool_family, offered, thinking);
@@ -412,6 +420,37 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
     })));
     Ok(())
 }
+
+/// Replaces the tool results of the last round with a note saying they did
+/// not fit; false when there is nothing left to shrink (the turn then fails
+/// as any prompt past the context does).
+fn shrink_last_results(state: &mut LoopState, n_prompt: usize, n_ctx: usize) -> bool {
+    let results = state.history.iter().rev().take_while(|m| m.role == Role::Tool).count();
+    let start = state.history.len() - results;
+    let mut shrunk = false;
+    for message in &mut state.history[start..] {
+        if message.content.starts_with(TOO_LONG_NOTE) {
+            continue;
+        }
+        message.content = format!(
+            "{TOO_LONG_NOTE} The result was {} bytes; with it the conversation came to {n_prompt} tokens, and the context holds {n_ctx}. Answer with what you have, or ask for a smaller part.",
+            message.content.len()
+        );
+        shrunk = true;
+    }
+    if shrunk {
+        tracing::warn!(
+            n_prompt,
+            n_ctx,
+            round = state.round,
+            "tool results did not fit the context; replaced with a note"
+        );
+    }
+    shrunk
+}
+
+/// How a tool result that did not fit the context begins.
+const TOO_LONG_NOTE: &str = "[Result left out: too long for the context.]";
 
 /// Ends a round. Returns true when another round should run.
 async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timings) -> bool {

@@ -23,6 +23,9 @@ pub struct ScriptedBackend {
     stats: Arc<EngineStats>,
     outputs: Mutex<VecDeque<String>>,
     prompts: Mutex<Vec<String>>,
+    /// Refuse prompts longer than the context (four bytes a token), as the
+    /// engine does.
+    limit_context: bool,
 }
 
 impl ScriptedBackend {
@@ -46,7 +49,14 @@ impl ScriptedBackend {
             stats: Arc::new(EngineStats::default()),
             outputs: Mutex::new(outputs.into()),
             prompts: Mutex::new(Vec::new()),
+            limit_context: false,
         })
+    }
+
+    /// Refuses a prompt longer than the context, counting four bytes a token.
+    pub fn limiting_context(mut self) -> Self {
+        self.limit_context = true;
+        self
     }
 
     /// Every prompt submitted so far, in order.
@@ -65,8 +75,12 @@ impl ModelBackend for ScriptedBackend {
     }
 
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
-        let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
         let n_prompt = request.prompt.len().div_ceil(4);
+        let n_ctx = self.info.n_ctx as usize;
+        if self.limit_context && n_prompt > n_ctx {
+            return Box::pin(async move { Err(EngineError::PromptTooLong { n_prompt, n_ctx }) });
+        }
+        let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
         if let Ok(mut prompts) = self.prompts.lock() {
             prompts.push(request.prompt);
         }
