@@ -35,6 +35,29 @@ use skillhost_actors::sandbox::launch::SandboxMode;
 use skillhost_actors::sandbox::tools::ExecSettings;
 use skillhost_actors::sandbox::ExecRuntime;
 
+/// Prints a command's report and exits 0 only when it says all went well;
+/// an error that kept it from running exits with `on_error`.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+fn report(result: Result<(String, bool), String>, on_error: ExitCode) -> ExitCode {
+    match result {
+        Ok((text, ok)) => {
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            on_error
+        }
+    }
+}
+
 /// Log filter when `RUST_LOG` is not set: llama.cpp's own load-time chatter
 /// (a hundred lines of tensor and buffer details) only shows when asked for.
 const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
@@ -59,34 +82,8 @@ fn main() -> ExitCode {
                 ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
             }
         },
-        Command::Doctor(args) => match sandbox_cli::doctor(args) {
-            Ok((text, all_kept)) => {
-                print!("{text}");
-                if all_kept {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                }
-            }
-            Err(err) => {
-                eprintln!("error: {err}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::ApplyPatch(args) => match patch_cli::run(&args, std::io::stdin().lock()) {
-            Ok((text, applied)) => {
-                println!("{text}");
-                if applied {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                }
-            }
-            Err(err) => {
-                eprintln!("error: {err}");
-                ExitCode::from(2)
-            }
-        },
+        Command::Doctor(args) => report(sandbox_cli::doctor(args), ExitCode::FAILURE),
+        Command::ApplyPatch(args) => report(patch_cli::run(&args, std::io::stdin().lock()), ExitCode::from(2)),
         Command::ListSkills(args) => match args.resolve() {
             Ok(skills) => {
                 print!("{}", list_skills::render(skills.as_ref()));

@@ -1,7 +1,8 @@
 //! Reading JSON request bodies with a size limit and messages that name the
 //! offending field.
 
-use actix_web::web;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 
@@ -31,6 +32,17 @@ pub async fn read_limited(
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// The declared body length, when the client sent one.
+pub fn content_length(request: &HttpRequest) -> Option<usize> {
+    request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Reads a JSON body of at most [`MAX_JSON_BODY_BYTES`] and parses it.
+pub async fn read_json<T: DeserializeOwned>(request: &HttpRequest, payload: web::Payload) -> Result<T, ApiError> {
+    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
+    parse_json(&body)
 }
 
 /// Parses JSON; the error names the field path, what was wrong, and where.

@@ -13,7 +13,7 @@ use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, ModelStatus, Usage};
 use skillhost_engine::{Timings, ToolCall};
 use std::panic::AssertUnwindSafe;
 
-use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
+use crate::http::body::read_json;
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
@@ -27,11 +27,6 @@ fn unix_now() -> u64 {
 
 fn completion_id() -> String {
     format!("chatcmpl-{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
-}
-
-/// The declared body length, when the client sent one.
-pub fn content_length(request: &HttpRequest) -> Option<usize> {
-    request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// Refuses selected skills that are not registered, naming those that are;
@@ -124,8 +119,7 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
-    let wire: ChatCompletionRequest = parse_json(&body)?;
+    let wire: ChatCompletionRequest = read_json(request, payload).await?;
     let info = ready_model(state)?;
     let validated = wire.validate(&info.id)?;
     let (chat, peer) = start(state, request, validated.request).await?;

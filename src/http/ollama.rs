@@ -17,8 +17,8 @@ use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
 use skillhost_engine::{ModelInfo, Timings, ToolCall};
 use std::panic::AssertUnwindSafe;
 
-use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
-use crate::http::chat::{content_length, guarded, ready_model, start};
+use crate::http::body::read_json;
+use crate::http::chat::{guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
@@ -209,8 +209,7 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
-    let ollama: OllamaChatRequest = parse_json(&body)?;
+    let ollama: OllamaChatRequest = read_json(request, payload).await?;
     let info = ready_model(state)?;
     let (wire, stream) = translate(ollama)?;
     let validated = wire.validate(&info.id)?;
@@ -437,8 +436,7 @@ pub async fn show(
     http: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, PlainError> {
-    let body = read_limited(payload, content_length(&http), MAX_JSON_BODY_BYTES).await?;
-    let request: ShowRequest = parse_json(&body)?;
+    let request: ShowRequest = read_json(&http, payload).await?;
     let info = ready_model(&state)?;
     let asked = request.model.or(request.name).unwrap_or_default();
     let bare = asked.strip_suffix(TAG).unwrap_or(&asked);

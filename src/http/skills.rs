@@ -195,11 +195,7 @@ pub async fn api_install(
         .map(|q| q.into_inner())
         .unwrap_or_default();
     let mut overwrite = query.get("overwrite").is_some_and(|v| is_true(v));
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let declared = crate::http::body::content_length(&request);
     if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
         return Err(too_large().into());
     }

@@ -16,8 +16,8 @@ use skillhost_actors::request::{SkillStep, ToolPhase, ToolProgress};
 use skillhost_actors::{ChatEvent, ChatStream};
 use std::panic::AssertUnwindSafe;
 
-use crate::http::body::{parse_json, read_limited, MAX_JSON_BODY_BYTES};
-use crate::http::chat::{content_length, guarded, ready_model, start};
+use crate::http::body::read_json;
+use crate::http::chat::{guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, WireMessage,
@@ -146,8 +146,7 @@ async fn start_chat(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
-    let web_request: WebChatRequest = parse_json(&body)?;
+    let web_request: WebChatRequest = read_json(request, payload).await?;
     let info = ready_model(state)?;
     let conversation = conversation_id(web_request.conversation_id)?;
     let wire = ChatCompletionRequest {

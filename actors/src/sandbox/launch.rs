@@ -163,23 +163,4 @@ impl Launcher {
             timed_out,
         })
     }
-
-    /// Whether this host can confine commands: a trial run of `true`.
-    pub async fn probe(&self, scratch: &Path) -> Result<(), String> {
-        let command = ["/usr/bin/true".to_string()];
-        let run = Run {
-            profile: "code-exec",
-            workspace: scratch,
-            skill: None,
-            network: false,
-            unconfined: false,
-            command: &command,
-            timeout: Duration::from_secs(30),
-        };
-        let ran = self.run(&run).await?;
-        match ran.exit_code {
-            Some(0) => Ok(()),
-            _ => Err(ran.stderr.trim().trim_start_matches("sandbox: ").to_string()),
-        }
-    }
 }
