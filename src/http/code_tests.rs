@@ -332,12 +332,15 @@ async fn skills_run_is_refused_unless_enabled_and_guides_after_a_full_read() {
     // Not enabled: no skills_run tool, and a call to it is refused.
     let harness = harness_with(outputs, Some(skills), false, false).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
-    let _: Value = test::call_and_read_body_json(
+    let reply: Value = test::call_and_read_body_json(
         &app,
         test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
     )
     .await;
+    assert_eq!(reply["choices"][0]["message"]["content"], "Done.", "{reply}");
     let last = harness.backend.prompts().pop().unwrap();
+    assert!(!last.contains("- skills_run:"), "skills_run is declared: {last}");
+    assert!(last.contains("skills_run is not enabled on this server; read the script with skills_read instead."));
     assert!(!last.contains("[skillhost execution guidance"), "{last}");
     assert!(!last.contains("[exit status"), "{last}");
 }

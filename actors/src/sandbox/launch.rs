@@ -164,3 +164,17 @@ impl Launcher {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_cap_at_and_past() {
+        let at = vec![b'a'; OUTPUT_CAP_BYTES];
+        assert_eq!(read_capped(at.as_slice()).await, (at.clone(), false));
+        let past = vec![b'a'; OUTPUT_CAP_BYTES + 1];
+        let (kept, truncated) = read_capped(past.as_slice()).await;
+        assert_eq!((kept.len(), truncated), (OUTPUT_CAP_BYTES, true));
+    }
+}

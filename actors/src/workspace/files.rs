@@ -195,3 +195,51 @@ pub fn edit_file(root: &Path, args: &serde_json::Map<String, Value>) -> FileOutc
     }
     FileOutcome { text: message, ok: true, written: vec![path] }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(root: &Path, args: Value) -> String {
+        read_file(root, args.as_object().unwrap()).text
+    }
+
+    #[test]
+    fn line_limit_at_and_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = |n: usize| (1..=n).map(|i| format!("{i}\n")).collect::<String>();
+        std::fs::write(dir.path().join("at.txt"), lines(READ_MAX_LINES)).unwrap();
+        std::fs::write(dir.path().join("past.txt"), lines(READ_MAX_LINES + 1)).unwrap();
+        let at = read(dir.path(), json!({"path": "at.txt", "limit": 100_000}));
+        assert!(
+            at.starts_with(&format!("[read_file: 'at.txt', lines 1-{READ_MAX_LINES} of {READ_MAX_LINES}]")),
+            "{at}"
+        );
+        assert!(!at.contains("More lines follow"));
+        let past = read(dir.path(), json!({"path": "past.txt", "limit": 100_000}));
+        assert!(
+            past.starts_with(&format!("[read_file: 'past.txt', lines 1-{READ_MAX_LINES} of {}]", READ_MAX_LINES + 1))
+        );
+        assert!(past.ends_with(&format!("offset={})]", READ_MAX_LINES + 1)), "{}", &past[past.len() - 80..]);
+    }
+
+    #[test]
+    fn byte_limit_at_and_past() {
+        // A numbered line costs its text plus 8 bytes ("{:>6}\t" and "\n").
+        let long = "a".repeat(100);
+        let full_lines = READ_MAX_BYTES / (long.len() + 8);
+        let room = READ_MAX_BYTES - full_lines * (long.len() + 8);
+        let dir = tempfile::tempdir().unwrap();
+        for (name, last_len) in [("at.txt", room - 8), ("past.txt", room - 7)] {
+            let mut text: String = (0..full_lines).map(|_| format!("{long}\n")).collect();
+            text.push_str(&format!("{}\nafter\n", "b".repeat(last_len)));
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let at = read(dir.path(), json!({"path": "at.txt", "limit": 2000}));
+        assert!(at.contains(&format!("lines 1-{}", full_lines + 1)), "{}", &at[..60]);
+        let past = read(dir.path(), json!({"path": "past.txt", "limit": 2000}));
+        assert!(past.contains(&format!("lines 1-{} ", full_lines)), "{}", &past[..60]);
+        assert!(past.contains(&format!("offset={})]", full_lines + 1)));
+    }
+}
