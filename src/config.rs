@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use skillhost_actors::chat_loop::{LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS};
+use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
+use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
 use skillhost_engine::EngineConfig;
 
 pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
@@ -148,9 +150,12 @@ pub struct ServeArgs {
     /// Whether commands must be sandboxed: required (sandboxed or refused), preferred or off [default: required]
     #[arg(long = "skills-sandbox", value_enum, env = "SKILLHOST_SKILLS_SANDBOX")]
     pub skills_sandbox: Option<SandboxModeArg>,
-    /// User sandboxed commands run as when the server is root [default: nobody]
-    #[arg(long = "sandbox-user", env = "SKILLHOST_SANDBOX_USER")]
-    pub sandbox_user: Option<String>,
+    /// Uids given out one per live workspace when the server is root, as FIRST-LAST [default: 1879048192-1879113727]
+    #[arg(long = "sandbox-uid-range", env = "SKILLHOST_SANDBOX_UID_RANGE")]
+    pub sandbox_uid_range: Option<UidRange>,
+    /// Largest a workspace may grow, in bytes (a size-capped tmpfs when the server is root) [default: 1073741824]
+    #[arg(long = "workspace-max-bytes", env = "SKILLHOST_WORKSPACE_MAX_BYTES")]
+    pub workspace_max_bytes: Option<u64>,
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
     #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES")]
     pub sandbox_profiles: Option<PathBuf>,
@@ -175,14 +180,16 @@ pub struct ExecConfig {
     pub code_unconfined: bool,
     pub skills_network: bool,
     pub mode: SandboxModeArg,
-    pub sandbox_user: String,
+    pub uid_range: UidRange,
     pub sandbox_profiles: Option<PathBuf>,
     pub workspace_dir: PathBuf,
+    pub workspace_max_bytes: u64,
 }
 
 impl Default for ExecConfig {
     /// Code execution off; skill scripts, when allowed, run in the required
-    /// sandbox as `nobody` with workspaces under the system temp directory.
+    /// sandbox, one uid per workspace, with workspaces under the system temp
+    /// directory.
     fn default() -> Self {
         ExecConfig {
             code_exec: false,
@@ -190,9 +197,10 @@ impl Default for ExecConfig {
             code_unconfined: false,
             skills_network: false,
             mode: SandboxModeArg::Required,
-            sandbox_user: "nobody".into(),
+            uid_range: DEFAULT_UID_RANGE,
             sandbox_profiles: None,
             workspace_dir: std::env::temp_dir(),
+            workspace_max_bytes: DEFAULT_WORKSPACE_MAX_BYTES,
         }
     }
 }
@@ -222,9 +230,10 @@ struct RawConfig {
     code_exec_temperature: Option<f32>,
     skills_allow_network: Option<bool>,
     skills_sandbox: Option<SandboxModeArg>,
-    sandbox_user: Option<String>,
+    sandbox_uid_range: Option<String>,
     sandbox_profiles: Option<PathBuf>,
     workspace_dir: Option<PathBuf>,
+    workspace_max_bytes: Option<u64>,
 }
 
 /// The validated configuration of `skillhost serve`.
@@ -239,6 +248,9 @@ pub struct ServeConfig {
     pub loop_settings: LoopSettings,
     pub exec: ExecConfig,
 }
+
+/// The smallest workspace size cap: a workspace must hold a few files.
+pub const MIN_WORKSPACE_BYTES: u64 = 1024 * 1024;
 
 /// A configuration that cannot be used; the message names the flag or key.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -275,9 +287,10 @@ fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
             code_exec_temperature: raw.code_exec_temperature.or(file.code_exec_temperature),
             skills_allow_network: raw.skills_allow_network.or(file.skills_allow_network),
             skills_sandbox: raw.skills_sandbox.or(file.skills_sandbox),
-            sandbox_user: raw.sandbox_user.or(file.sandbox_user),
+            sandbox_uid_range: raw.sandbox_uid_range.or(file.sandbox_uid_range),
             sandbox_profiles: raw.sandbox_profiles.map(|d| base.join(d)).or(file.sandbox_profiles),
             workspace_dir: raw.workspace_dir.map(|d| base.join(d)).or(file.workspace_dir),
+            workspace_max_bytes: raw.workspace_max_bytes.or(file.workspace_max_bytes),
         };
     }
     Ok(file)
@@ -391,16 +404,54 @@ impl ServeArgs {
                 return Err(ConfigError(format!("--sandbox-profiles: the directory {} does not exist", dir.display())));
             }
         }
+        let uid_range = match (&self.sandbox_uid_range, &file.sandbox_uid_range) {
+            (Some(range), _) => *range,
+            (None, Some(text)) => {
+                text.parse().map_err(|err| ConfigError(format!("sandbox-uid-range in the config file: {err}")))?
+            }
+            (None, None) => DEFAULT_UID_RANGE,
+        };
+        let inside = uid_range.accounts_inside();
+        if !inside.is_empty() {
+            return Err(ConfigError(format!(
+                "--sandbox-uid-range {uid_range} holds accounts of this host ({}); sandboxed commands would share their files. Choose a range no account uses",
+                inside.join(", ")
+            )));
+        }
+        let workspace_max_bytes =
+            self.workspace_max_bytes.or(file.workspace_max_bytes).unwrap_or(DEFAULT_WORKSPACE_MAX_BYTES);
+        if workspace_max_bytes < MIN_WORKSPACE_BYTES {
+            return Err(ConfigError(format!(
+                "--workspace-max-bytes must be at least {MIN_WORKSPACE_BYTES} (1 MiB), got {workspace_max_bytes}"
+            )));
+        }
         let exec = ExecConfig {
             code_exec,
             code_network: self.code_exec_allow_network || file.code_exec_allow_network.unwrap_or(false),
             code_unconfined: self.code_exec_unconfined || file.code_exec_unconfined.unwrap_or(false),
             skills_network: self.skills_allow_network || file.skills_allow_network.unwrap_or(false),
             mode: self.skills_sandbox.or(file.skills_sandbox).unwrap_or(SandboxModeArg::Required),
-            sandbox_user: self.sandbox_user.clone().or(file.sandbox_user.clone()).unwrap_or_else(|| "nobody".into()),
+            uid_range,
             sandbox_profiles: self.sandbox_profiles.clone().or(file.sandbox_profiles.clone()),
             workspace_dir: self.workspace_dir.clone().or(file.workspace_dir.clone()).unwrap_or_else(std::env::temp_dir),
+            workspace_max_bytes,
         };
+        // A command granted the network shares the host's: it could reach
+        // this server's own API, other services on loopback and the
+        // link-local addresses where cloud metadata lives. skillhost has no
+        // isolated network to give it, so in required mode the grant is
+        // refused rather than quietly weakened.
+        if exec.mode == SandboxModeArg::Required {
+            for (granted, flag) in
+                [(exec.code_network, "--code-exec-allow-network"), (exec.skills_network, "--skills-allow-network")]
+            {
+                if granted {
+                    return Err(ConfigError(format!(
+                        "{flag} cannot be granted with --skills-sandbox required: a command with network would share this host's, reaching its loopback services (this server's API included) and link-local addresses, and skillhost has no isolated network for commands. Use --skills-sandbox preferred to grant it anyway (each result then names the gap)"
+                    )));
+                }
+            }
+        }
         Ok(ServeConfig {
             host: self.host.or(file.host).unwrap_or(DEFAULT_HOST),
             port: self.port.or(file.port).unwrap_or(DEFAULT_PORT),

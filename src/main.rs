@@ -29,11 +29,14 @@ use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
 use config::{Cli, Command, LogFormat, SandboxModeArg, ServeConfig};
-use skillhost_actors::artifacts::ArtifactStore;
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+
+use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::sandbox::doctor;
 use skillhost_actors::sandbox::launch::SandboxMode;
-use skillhost_actors::sandbox::tools::ExecSettings;
-use skillhost_actors::sandbox::ExecRuntime;
+use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
+use skillhost_actors::workspace::Workspace;
 
 /// Prints a command's report and exits 0 only when it says all went well;
 /// an error that kept it from running exits with `on_error`.
@@ -64,6 +67,13 @@ const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
 
 #[allow(clippy::print_stderr, clippy::print_stdout)]
 fn main() -> ExitCode {
+    // Inside the sandbox, before anything else (not even argument parsing):
+    // the trampoline that closes inherited descriptors and becomes the command.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == sandbox_exec::CLOSE_FDS_COMMAND) && raw.get(2).is_some_and(|a| a == "--") {
+        eprintln!("sandbox: {}", sandbox_exec::close_fds_and_exec(&raw[3..]));
+        return ExitCode::from(sandbox_exec::SANDBOX_FAILURE);
+    }
     let cli = Cli::parse();
     match cli.command {
         // First, before anything could start a thread: birdcage needs a
@@ -145,45 +155,59 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// What process execution needs from start-up: the runtime shared by
+/// requests, the artifact store for the supervisor, and the folders this
+/// process made for itself (removed when the returned guards drop).
+type ExecSetup = (Option<Arc<ExecRuntime>>, Option<ArtifactStore>, Vec<sandbox_cli::OwnedDir>);
+
 /// Sets up process execution when code execution or skill scripts are on:
-/// the helper, a trial run that decides what this host confines (logged,
-/// and named in every command result), workspaces and artifacts.
-/// The folders it made for itself come back as guards that remove them when
-/// the server exits.
-async fn exec_runtime(
-    config: &ServeConfig,
-) -> Result<(Option<std::sync::Arc<ExecRuntime>>, Vec<sandbox_cli::OwnedDir>), String> {
+/// the server's own folder, the helper, per-workspace uids, control groups,
+/// workspace size caps, and a trial run that decides what this host
+/// confines (logged, and named in every command result).
+async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
     let exec = &config.exec;
     if !exec.code_exec && !config.loop_settings.allow_exec {
-        return Ok((None, Vec::new()));
+        return Ok((None, None, Vec::new()));
     }
-    let (launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone(), &exec.sandbox_user)?;
-    let base = exec.workspace_dir.join(format!("skillhost-{}", std::process::id()));
+    let (mut launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone())?;
+    let (base, own_folder) = sandbox_cli::own_folder(&exec.workspace_dir).map_err(|err| {
+        format!("--workspace-dir: cannot create the server's folder in {}: {err}", exec.workspace_dir.display())
+    })?;
+    let owned: Vec<sandbox_cli::OwnedDir> = profiles.into_iter().chain(std::iter::once(own_folder)).collect();
     let workspace_base = base.join("workspaces");
-    std::fs::create_dir_all(&workspace_base)
-        .map_err(|err| format!("--workspace-dir: cannot create {}: {err}", workspace_base.display()))?;
-    let owned: Vec<sandbox_cli::OwnedDir> =
-        profiles.into_iter().chain(std::iter::once(sandbox_cli::OwnedDir(base.clone()))).collect();
-    let artifacts = ArtifactStore::new(&base.join("artifacts"))
-        .map_err(|err| format!("cannot create the artifact store: {err}"))?;
-    let owner = skillhost_actors::workspace::sandbox_owner(&exec.sandbox_user);
-    if let Some(blocked) =
-        owner.and_then(|owner| skillhost_actors::workspace::unreachable_ancestor(&workspace_base, owner))
-    {
-        return Err(format!(
-            "--workspace-dir: the sandbox user '{}' cannot reach {} because {} is closed to it; choose a folder it can pass through (the default is the system temp folder)",
-            exec.sandbox_user,
-            workspace_base.display(),
-            blocked.display()
-        ));
+    let artifacts_base = base.join("artifacts");
+    // Workspaces: traversable by every sandbox uid, listable by none.
+    // Artifacts: the server's alone.
+    for (folder, mode) in [(&workspace_base, 0o711), (&artifacts_base, 0o700)] {
+        std::fs::DirBuilder::new()
+            .mode(mode)
+            .create(folder)
+            .map_err(|err| format!("--workspace-dir: cannot create {}: {err}", folder.display()))?;
     }
-    let scratch = skillhost_actors::workspace::Workspace::create(&workspace_base, owner)
+    let artifacts = ArtifactStore::new(&artifacts_base, ArtifactLimits::default())
+        .map_err(|err| format!("cannot create the artifact store: {err}"))?;
+    let setup =
+        sandbox_cli::host_setup(&launcher.profile_dir, exec.uid_range, exec.workspace_max_bytes, &workspace_base);
+    if let Some(owner) = setup.probe_owner() {
+        if let Some(blocked) = skillhost_actors::workspace::unreachable_ancestor(&workspace_base, owner) {
+            return Err(format!(
+                "--workspace-dir: sandboxed commands (uids {}) cannot reach {} because {} is closed to them; choose a folder they can pass through (the default is the system temp folder)",
+                exec.uid_range,
+                workspace_base.display(),
+                blocked.display()
+            ));
+        }
+    }
+    launcher.cgroups = setup.cgroups.clone();
+    let scratch = Workspace::create(&workspace_base, &setup.workspaces)
         .map_err(|err| format!("cannot create a scratch workspace: {err}"))?;
-    let checks = doctor::checks(&launcher, scratch.root()).await;
+    let mut checks = doctor::checks(&launcher, scratch.path(), scratch.owner()).await;
+    drop(scratch);
+    checks.extend(setup.facts.clone());
     let unavailable = checks.first().filter(|c| !c.kept).map(|c| c.detail.clone());
     for check in &checks {
         if check.kept {
-            tracing::info!("sandbox: {}", check.what);
+            tracing::info!("sandbox: {}{}", check.what, detail_suffix(&check.detail));
         } else {
             tracing::warn!("sandbox: NOT {} ({})", check.what, check.detail);
         }
@@ -205,26 +229,33 @@ async fn exec_runtime(
         skills_network: exec.skills_network,
         gaps: doctor::gaps_line(&checks),
     };
-    let runtime = std::sync::Arc::new(ExecRuntime {
-        settings,
+    let runtime = Arc::new(ExecRuntime {
+        settings: Arc::new(settings),
         workspace_base,
-        owner,
-        artifacts,
+        workspaces: setup.workspaces,
         code_exec: exec.code_exec,
-        conversations: Default::default(),
     });
-    Ok((Some(runtime), owned))
+    Ok((Some(runtime), Some(artifacts), owned))
+}
+
+fn detail_suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    }
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
-    let (exec, _own_folders) = exec_runtime(&config).await?;
+    let (exec, artifacts, _own_folders) = exec_runtime(&config).await?;
     let server = Server::start(ServerConfig {
         model: ModelSource::Load(config.engine.clone()),
         skills: config.skills.clone(),
         loop_settings: config.loop_settings,
         exec,
+        artifacts,
     })
     .await?;
     if let Some(skills) = server.skills() {

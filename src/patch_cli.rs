@@ -1,13 +1,17 @@
 //! `skillhost apply-patch`: the model's `apply_patch` tool for operators and
 //! scripts. The patch comes on stdin, the tool's exact result text goes to
-//! stdout, and the exit status is 0 only when the patch applied.
+//! stdout, and the exit status is 0 only when the patch applied. It works
+//! through the same handle as the tool, so a link in the folder is refused,
+//! never followed. The syntax check the tool adds runs only in the sandbox
+//! of a server, so it is not part of this command's report.
 
 use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
 use serde_json::Value;
-use skillhost_actors::workspace::files;
+use skillhost_actors::tools::{self, ToolError};
+use skillhost_actors::workspace::DirHandle;
 
 /// Largest patch read from stdin; a patch is text a model wrote, so 16 MiB
 /// is far beyond any real one and keeps a runaway pipe from filling memory.
@@ -23,10 +27,7 @@ pub struct ApplyPatchArgs {
 /// Applies the patch on stdin under `--dir`; returns the result text and
 /// whether it applied.
 pub fn run(args: &ApplyPatchArgs, input: impl Read) -> Result<(String, bool), String> {
-    let dir = args.dir.canonicalize().map_err(|err| format!("--dir {}: {err}", args.dir.display()))?;
-    if !dir.is_dir() {
-        return Err(format!("--dir {} is not a directory", args.dir.display()));
-    }
+    let dir = DirHandle::open(&args.dir).map_err(|err| format!("--dir {}: {err}", args.dir.display()))?;
     let mut patch = String::new();
     let read = input
         .take(MAX_PATCH_BYTES + 1)
@@ -37,8 +38,10 @@ pub fn run(args: &ApplyPatchArgs, input: impl Read) -> Result<(String, bool), St
     }
     let mut arguments = serde_json::Map::new();
     arguments.insert("input".to_string(), Value::String(patch));
-    let outcome = files::apply_patch(&dir, &arguments);
-    Ok((outcome.text, outcome.ok))
+    match tools::apply_patch::run(&dir, &arguments) {
+        Ok(answer) => Ok((answer.text, answer.ok)),
+        Err(ToolError::Model(text) | ToolError::Fatal(text)) => Ok((text, false)),
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,16 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
 use clap::Args;
-use skillhost_actors::sandbox::doctor;
+use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
+use skillhost_actors::sandbox::doctor::{self, Check};
 use skillhost_actors::sandbox::launch::{Launcher, Run};
+use skillhost_actors::sandbox::profile::Profile;
+use skillhost_actors::sandbox::uids::{UidPool, UidRange, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::{Workspace, WorkspaceOptions, DEFAULT_WORKSPACE_MAX_BYTES};
 
 /// The shipped profiles, built into the binary so an installed server does
 /// not depend on the source tree; `--sandbox-profiles` overrides them.
@@ -17,12 +24,22 @@ pub const SHIPPED_PROFILES: [(&str, &str); 2] = [
     ("skills-run", include_str!("../sandbox-profiles/skills-run.yaml")),
 ];
 
-/// Writes the shipped profiles into a private folder the helper can read.
+/// Writes the shipped profiles into a new private folder (a random name,
+/// mode 0700): a folder another local user could have made first, or
+/// written into, would let them choose the sandbox's policy.
 pub fn shipped_profile_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("skillhost-profiles-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|err| format!("cannot write the sandbox profiles: {err}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("skillhost-profiles-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|err| format!("cannot write the sandbox profiles: {err}"))?
+        .keep();
     for (name, text) in SHIPPED_PROFILES {
-        std::fs::write(dir.join(format!("{name}.yaml")), text)
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(format!("{name}.yaml")))
+            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
             .map_err(|err| format!("cannot write the sandbox profiles: {err}"))?;
     }
     Ok(dir)
@@ -38,9 +55,23 @@ impl Drop for OwnedDir {
     }
 }
 
+/// The server's own folder under `parent`: a random name (`skillhost-…`),
+/// made with `mkdir` so an existing one is never reused, mode 0711 so the
+/// sandbox uids can pass through to their workspaces but list nothing.
+pub fn own_folder(parent: &Path) -> std::io::Result<(PathBuf, OwnedDir)> {
+    std::fs::create_dir_all(parent)?;
+    let parent = parent.canonicalize()?;
+    let dir = tempfile::Builder::new()
+        .prefix("skillhost-")
+        .permissions(std::fs::Permissions::from_mode(0o711))
+        .tempdir_in(&parent)?
+        .keep();
+    Ok((dir.clone(), OwnedDir(dir)))
+}
+
 /// The helper is this very binary. Without a profile folder, the shipped
 /// profiles are written to one that lives as long as the returned guard.
-pub fn launcher(profile_dir: Option<PathBuf>, user: &str) -> Result<(Launcher, Option<OwnedDir>), String> {
+pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedDir>), String> {
     let helper = std::env::current_exe().map_err(|err| format!("cannot find the skillhost binary: {err}"))?;
     let (profile_dir, owned) = match profile_dir {
         Some(dir) => (dir, None),
@@ -49,7 +80,86 @@ pub fn launcher(profile_dir: Option<PathBuf>, user: &str) -> Result<(Launcher, O
             (dir.clone(), Some(OwnedDir(dir)))
         }
     };
-    Ok((Launcher { helper, profile_dir, user: user.to_string() }, owned))
+    Ok((Launcher { helper, profile_dir, cgroups: None }, owned))
+}
+
+/// What this host gives commands beyond what the probes check.
+#[derive(Debug)]
+pub struct HostSetup {
+    pub workspaces: WorkspaceOptions,
+    pub cgroups: Option<Arc<Cgroups>>,
+    /// Each of the above as a promise kept or not, for the log and the doctor.
+    pub facts: Vec<Check>,
+}
+
+impl HostSetup {
+    /// A uid the probes and the reachability check run as.
+    pub fn probe_owner(&self) -> Option<(u32, u32)> {
+        self.workspaces.uids.as_ref().map(|pool| (pool.range().first, pool.range().first))
+    }
+}
+
+/// Decides what this host gives: a uid per workspace (root only), a
+/// control group per command, a size cap per workspace (root and a
+/// mountable tmpfs).
+pub fn host_setup(profile_dir: &Path, range: UidRange, max_bytes: u64, workspace_base: &Path) -> HostSetup {
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut facts = Vec::new();
+    let uids = if root {
+        UidPool::new(range)
+    } else {
+        Err("the server does not run as root, so every command runs as its user".into())
+    };
+    facts.push(Check {
+        what: "each live workspace has a uid of its own",
+        kept: uids.is_ok(),
+        detail: match &uids {
+            Ok(_) => format!("uids {range}"),
+            Err(why) => why.clone(),
+        },
+    });
+    let uids = uids.ok();
+    let limits = Profile::load(profile_dir, "code-exec").map(|p| p.limits).ok();
+    let cgroups =
+        match limits.map(|l| GroupLimits { memory_bytes: l.address_space_mb * 1024 * 1024, processes: l.processes }) {
+            Some(limits) => Cgroups::detect(limits),
+            None => Err("the code-exec profile does not load".into()),
+        };
+    facts.push(Check {
+        what: "each command runs in a control group of its own (memory, processes, CPU weight)",
+        kept: cgroups.is_ok(),
+        detail: match &cgroups {
+            Ok(groups) => {
+                let limits = groups.limits();
+                format!(
+                    "{}; {} MB, {} processes",
+                    groups.describe(),
+                    limits.memory_bytes / (1024 * 1024),
+                    limits.processes
+                )
+            }
+            Err(why) => format!("{why}; per-process limits only"),
+        },
+    });
+    let capped = if root {
+        skillhost_actors::workspace::can_cap_size(workspace_base)
+    } else {
+        Err("the server does not run as root".into())
+    };
+    facts.push(Check {
+        what: "each workspace has a size cap",
+        kept: capped.is_ok(),
+        detail: match &capped {
+            Ok(()) => format!("a tmpfs of {max_bytes} bytes"),
+            Err(why) => format!("{why}; only the per-file limit applies"),
+        },
+    });
+    HostSetup {
+        workspaces: WorkspaceOptions { uids, size_cap: capped.is_ok().then_some(max_bytes) },
+        cgroups: cgroups.ok().map(Arc::new),
+        facts,
+    }
 }
 
 #[derive(Debug, Args)]
@@ -69,9 +179,9 @@ pub struct RunSandboxedArgs {
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
     #[arg(long = "sandbox-profiles")]
     pub sandbox_profiles: Option<PathBuf>,
-    /// User commands run as when started as root [default: nobody]
-    #[arg(long = "sandbox-user", default_value = "nobody")]
-    pub sandbox_user: String,
+    /// Uids given out one per live workspace; the command runs as a free one
+    #[arg(long = "sandbox-uid-range", default_value_t = DEFAULT_UID_RANGE)]
+    pub sandbox_uid_range: UidRange,
     /// The command and its arguments
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -79,11 +189,24 @@ pub struct RunSandboxedArgs {
 
 /// Runs the command with the terminal attached; returns its exit status.
 pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
-    let (launcher, _profiles) = launcher(args.sandbox_profiles, &args.sandbox_user)?;
+    let (launcher, _profiles) = launcher(args.sandbox_profiles)?;
     let command: Vec<String> = args.command.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    // Leased like a server's workspace, so the command never shares a uid
+    // with a running server's request (or its processes' fate).
+    let lease = match root {
+        true => Some(
+            UidPool::new(args.sandbox_uid_range)?
+                .lease()
+                .ok_or_else(|| format!("every uid of {} is in use", args.sandbox_uid_range))?,
+        ),
+        false => None,
+    };
     let run = Run {
         profile: &args.profile,
         workspace: &args.workspace,
+        owner: lease.as_ref().map(|l| (l.uid(), l.uid())),
         skill: args.skill.as_deref(),
         network: args.allow_network,
         unconfined: false,
@@ -99,27 +222,40 @@ pub struct DoctorArgs {
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
     #[arg(long = "sandbox-profiles")]
     pub sandbox_profiles: Option<PathBuf>,
-    /// User commands run as when started as root [default: nobody]
-    #[arg(long = "sandbox-user", default_value = "nobody")]
-    pub sandbox_user: String,
+    /// Uids given out one per live workspace, as FIRST-LAST
+    #[arg(long = "sandbox-uid-range", default_value_t = DEFAULT_UID_RANGE)]
+    pub sandbox_uid_range: UidRange,
+    /// Largest a workspace may grow, in bytes
+    #[arg(long = "workspace-max-bytes", default_value_t = DEFAULT_WORKSPACE_MAX_BYTES)]
+    pub workspace_max_bytes: u64,
 }
 
 /// Prints one line per promise; returns whether every promise holds.
 pub fn doctor(args: DoctorArgs) -> Result<(String, bool), String> {
-    let (launcher, _profiles) = launcher(args.sandbox_profiles, &args.sandbox_user)?;
-    let scratch = tempfile::tempdir().map_err(|err| format!("cannot create a scratch folder: {err}"))?;
-    open_to_sandbox_user(scratch.path());
+    let (mut launcher, _profiles) = launcher(args.sandbox_profiles)?;
+    let (base, _base_guard) =
+        own_folder(&std::env::temp_dir()).map_err(|err| format!("cannot create a scratch folder: {err}"))?;
+    let setup = host_setup(&launcher.profile_dir, args.sandbox_uid_range, args.workspace_max_bytes, &base);
+    launcher.cgroups = setup.cgroups.clone();
+    let scratch =
+        Workspace::create(&base, &setup.workspaces).map_err(|err| format!("cannot create a scratch folder: {err}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
-    let checks = runtime.block_on(doctor::checks(&launcher, scratch.path()));
+    let mut checks = runtime.block_on(doctor::checks(&launcher, scratch.path(), scratch.owner()));
+    drop(scratch);
+    checks.extend(setup.facts);
     let mut text = String::from("Sandbox on this host:\n");
     for check in &checks {
         let mark = if check.kept { "yes" } else { "NO " };
         text.push_str(&format!("  {mark}  {}", check.what));
-        if !check.kept && !check.detail.is_empty() {
+        if !check.detail.is_empty() {
             text.push_str(&format!("  ({})", check.detail));
         }
         text.push('\n');
     }
+    text.push_str(&format!(
+        "  note  a command granted the network shares this host's ({HOST_NETWORK_NOTE}); with --skills-sandbox required the grant is refused\n"
+    ));
+    text.push_str("  note  layers: user, mount, PID and network namespaces and a seccomp filter (birdcage); Landlock is not used\n");
     text.push_str(&match doctor::gaps_line(&checks) {
         Some(line) => line,
         None => "Everything is confined.".into(),
@@ -128,8 +264,6 @@ pub fn doctor(args: DoctorArgs) -> Result<(String, bool), String> {
     Ok((text, checks.iter().all(|c| c.kept)))
 }
 
-/// The sandbox user must be able to enter a scratch folder created by root.
-pub fn open_to_sandbox_user(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777));
-}
+/// What sharing the host's network means, for the doctor's note.
+const HOST_NETWORK_NOTE: &str =
+    "its loopback services, this server's API included, and its link-local addresses are reachable";

@@ -9,7 +9,8 @@
 //! allowed paths, seccomp, no network unless allowed) or, when the operator
 //! chose to run unconfined, exec the command directly.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -47,9 +48,15 @@ pub struct SandboxExecArgs {
     /// Run without the sandbox (the operator's explicit choice)
     #[arg(long)]
     pub unconfined: bool,
-    /// User to run as when started as root
-    #[arg(long, default_value = "nobody")]
-    pub user: String,
+    /// User id to run as when started as root (the workspace's own)
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// Group id to run as when started as root
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// A control group folder to join before dropping privileges (repeatable)
+    #[arg(long = "cgroup")]
+    pub cgroups: Vec<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -58,16 +65,47 @@ pub struct SandboxExecArgs {
 /// Runs the command; returns the exit status to leave with.
 pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     let profile = Profile::load(&args.profile_dir, &args.profile)?;
+    // The path comes from the server (a folder it made) or the operator;
+    // it is opened once, without following a link at its end, and every
+    // later step uses the descriptor.
     let workspace = args
         .workspace
         .canonicalize()
         .map_err(|err| format!("the working folder {} cannot be used: {err}", args.workspace.display()))?;
-    std::env::set_current_dir(&workspace).map_err(|err| format!("cannot enter {}: {err}", workspace.display()))?;
+    let folder = rustix::fs::open(
+        &workspace,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|err| format!("the working folder {} cannot be opened: {err}", workspace.display()))?;
+    for group in &args.cgroups {
+        // Joined as root, before the drop: the command cannot leave it.
+        std::fs::write(group.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(|err| format!("cannot join the control group {}: {err}", group.display()))?;
+    }
+    let owner = sandbox_owner(args.uid, args.gid)?;
+    if let Some((uid, gid)) = owner {
+        // Only the folder itself, by descriptor: never a path inside it,
+        // where a command could have left a link to a host file.
+        rustix::fs::fchown(&folder, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))
+            .map_err(|err| format!("cannot hand {} to the sandbox user: {err}", workspace.display()))?;
+    }
+    rustix::process::fchdir(&folder).map_err(|err| format!("cannot enter {}: {err}", workspace.display()))?;
+    drop(folder);
     let temp = workspace.join(".tmp");
-    let _ = std::fs::create_dir_all(&temp);
     prepare_environment(&workspace, &temp);
     set_limits(&profile.limits)?;
-    drop_privileges(&args.user, &[&workspace, &temp])?;
+    if let Some((uid, gid)) = owner {
+        drop_privileges(uid, gid)?;
+    }
+    // Made as the sandbox user, so whatever is already at that name (a
+    // link a command left) reaches nothing that user could not.
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(".tmp");
+    // No descriptor of this process but 0-2 may reach the command.
+    close_inherited_descriptors();
 
     let (program, arguments) = args.command.split_first().ok_or("no command was given")?;
     if args.unconfined {
@@ -102,8 +140,13 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     if args.allow_network {
         allow(Exception::Networking)?;
     }
-    let mut command = birdcage::process::Command::new(program);
-    command.args(arguments);
+    // birdcage leaves its own exit-status pipe open in the process it
+    // starts, so it starts this binary again as a trampoline that closes
+    // every descriptor above 2 and then becomes the command.
+    let trampoline = std::env::current_exe().map_err(|err| format!("cannot find the skillhost binary: {err}"))?;
+    allow(Exception::ExecuteAndRead(trampoline.clone()))?;
+    let mut command = birdcage::process::Command::new(&trampoline);
+    command.arg(CLOSE_FDS_COMMAND).arg("--").arg(program).args(arguments);
     let mut child = sandbox.spawn(command).map_err(|err| format!("cannot start the sandbox: {err}"))?;
     let status = child.wait().map_err(|err| format!("cannot wait for the command: {err}"))?;
     use std::os::unix::process::ExitStatusExt;
@@ -112,6 +155,56 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
         (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
         (None, None) => SANDBOX_FAILURE,
     })
+}
+
+/// The hidden subcommand the sandbox starts first: close every descriptor
+/// above 2, then exec the command in place.
+pub const CLOSE_FDS_COMMAND: &str = "sandbox-close-fds";
+
+/// `skillhost sandbox-close-fds -- PROGRAM ARGS…`, run inside the sandbox.
+pub fn close_fds_and_exec(command: &[OsString]) -> String {
+    let Some((program, arguments)) = command.split_first() else {
+        return "no command was given".into();
+    };
+    close_inherited_descriptors();
+    let err = std::process::Command::new(program).args(arguments).exec();
+    format!("cannot run {}: {err}", program.to_string_lossy())
+}
+
+/// Marks every descriptor above 2 close-on-exec (Linux 5.11+), or closes
+/// them one by one where `close_range` is missing.
+fn close_inherited_descriptors() {
+    // SAFETY: close_range with constant arguments changes only flags of
+    // this process's own descriptors.
+    let marked = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if marked == 0 {
+        return;
+    }
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|entries| entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    for fd in open.into_iter().filter(|fd| *fd > 2) {
+        // SAFETY: setting FD_CLOEXEC on a descriptor number; a stale one
+        // (the directory listing's own) fails harmlessly.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// Started as root, the uid and gid commands run as: given by the server
+/// (the workspace's own), never 0. `None` when not started as root.
+fn sandbox_owner(uid: Option<u32>, gid: Option<u32>) -> Result<Option<(u32, u32)>, String> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let Some(uid) = uid else {
+        return Err("started as root without --uid; commands never run as root".into());
+    };
+    let gid = gid.unwrap_or(uid);
+    if uid == 0 || gid == 0 {
+        return Err("the sandbox user is root; commands never run as root".into());
+    }
+    Ok(Some((uid, gid)))
 }
 
 /// Keeps only the passed variables and points HOME, PWD and TMPDIR into the
@@ -154,43 +247,15 @@ fn set_limits(limits: &Limits) -> Result<(), String> {
     set(libc::RLIMIT_CORE, 0, "core dumps")
 }
 
-/// Started as root, become `user` (and hand it the working folders); never
-/// run a command as root.
-fn drop_privileges(user: &str, owned: &[&Path]) -> Result<(), String> {
-    // SAFETY: plain getters.
-    if unsafe { libc::geteuid() } != 0 {
-        return Ok(());
-    }
-    let name = CString::new(user).map_err(|_| format!("the sandbox user '{user}' is not a valid name"))?;
-    // SAFETY: getpwnam returns a pointer into static storage or null; the
-    // process is single-threaded, so nothing else uses that storage.
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
-        return Err(format!("the sandbox user '{user}' does not exist on this host"));
-    }
-    // SAFETY: `entry` is non-null and points at a valid passwd record.
-    let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
-    if uid == 0 {
-        return Err(format!("the sandbox user '{user}' is root; commands never run as root"));
-    }
-    for path in owned {
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| "a working folder path holds a NUL".to_string())?;
-        // SAFETY: chown on a NUL-terminated path.
-        if unsafe { libc::chown(c_path.as_ptr(), uid, gid) } != 0 {
-            return Err(format!(
-                "cannot hand {} to the sandbox user: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
+/// Becomes `uid`/`gid` with no supplementary groups; never runs a command
+/// as root.
+fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
     // SAFETY: standard privilege drop: supplementary groups, then gid, then uid.
     let dropped =
         unsafe { libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(gid) == 0 && libc::setuid(uid) == 0 };
     // SAFETY: plain getters.
     if !dropped || unsafe { libc::getuid() == 0 || libc::geteuid() == 0 } {
-        return Err(format!("cannot become the sandbox user '{user}': {}", std::io::Error::last_os_error()));
+        return Err(format!("cannot become uid {uid}: {}", std::io::Error::last_os_error()));
     }
     // Changing credentials made the process non-dumpable, which leaves its
     // /proc/self files owned by root; birdcage must write its own uid_map

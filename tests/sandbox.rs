@@ -149,17 +149,30 @@ fn commands_never_run_as_root() {
     let (code, stdout, _) = sandboxed(&setup, "code-exec", &["/usr/bin/id", "-u"]);
     assert_eq!(code, 0);
     assert_ne!(stdout.trim(), "0");
-    // A sandbox user that is root is refused.
+    // The helper refuses uid 0, and a root helper given no uid at all.
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
+    for uid in [Some("0"), None] {
+        let mut command = Command::new(BINARY);
+        command.arg("sandbox-exec").arg("--profile-dir").arg(&profiles).args(["--profile", "code-exec"]);
+        command.arg("--workspace").arg(&setup.workspace);
+        if let Some(uid) = uid {
+            command.args(["--uid", uid]);
+        }
+        let output = command.args(["--", "/usr/bin/true"]).output().unwrap();
+        if unsafe_is_root() {
+            assert_eq!(output.status.code(), Some(125), "{uid:?}");
+            assert!(String::from_utf8_lossy(&output.stderr).contains("commands never run as root"), "{uid:?}");
+        }
+    }
+    // A uid range holding root is refused before anything runs.
     let output = Command::new(BINARY)
-        .args(["run-sandboxed", "--profile", "code-exec", "--sandbox-user", "root", "--workspace"])
+        .args(["run-sandboxed", "--profile", "code-exec", "--sandbox-uid-range", "0-10", "--workspace"])
         .arg(&setup.workspace)
         .args(["--", "/usr/bin/true"])
         .output()
         .unwrap();
-    if unsafe_is_root() {
-        assert_eq!(output.status.code(), Some(125));
-        assert!(String::from_utf8_lossy(&output.stderr).contains("commands never run as root"));
-    }
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must not include uid 0"));
 }
 
 fn unsafe_is_root() -> bool {

@@ -1,14 +1,23 @@
 //! The artifact store: files a request's commands produced, copied out of
 //! its workspace (which is deleted with the request) into a bounded store
-//! keyed by run id, for download.
+//! keyed by run id, for download. `ArtifactStoreActor` owns it; loops send
+//! it the files a tool call changed and the HTTP routes ask it for them.
+//!
+//! The store's folder is the server's own, but everything copied into it
+//! came from a workspace, so it too is reached only through a [`DirHandle`]:
+//! names are checked before anything is created, files are staged and
+//! renamed into place, and old runs are removed by descriptor.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use crate::skills::path_guard;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::workspace::handle::{DirHandle, Found};
 /// Files kept per run.
 pub const MAX_RUN_FILES: usize = 64;
 /// Largest file kept.
@@ -37,8 +46,9 @@ impl Default for ArtifactLimits {
     }
 }
 
-/// Folders of a workspace that hold the server's own bookkeeping.
-const PRIVATE: [&str; 2] = [".skillhost", ".tmp"];
+/// Folders of a workspace that hold the server's and the helper's own
+/// bookkeeping; never collected.
+pub const PRIVATE: [&str; 2] = [".skillhost", ".tmp"];
 
 /// One stored file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,125 +65,214 @@ struct RunFiles {
     files: Vec<Artifact>,
 }
 
+/// The store itself: plain, synchronous, owned by the actor.
 #[derive(Debug)]
-struct Inner {
-    base: PathBuf,
+pub struct ArtifactStore {
+    base: DirHandle,
     limits: ArtifactLimits,
     runs: VecDeque<RunFiles>,
 }
 
-impl Inner {
+/// Whether a run id is one the server made (`run-` and letters or digits):
+/// it names a folder of the store, so nothing else may.
+fn valid_run_id(run_id: &str) -> bool {
+    run_id.len() <= 64
+        && run_id
+            .strip_prefix("run-")
+            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
+impl ArtifactStore {
+    /// A store in `base`, a folder the server made for it.
+    pub fn new(base: &Path, limits: ArtifactLimits) -> std::io::Result<ArtifactStore> {
+        Ok(ArtifactStore { base: DirHandle::open(base)?, limits, runs: VecDeque::new() })
+    }
+
     fn total(&self) -> u64 {
         self.runs.iter().flat_map(|r| &r.files).map(|f| f.bytes).sum()
     }
 
-    /// Drops runs past their age, then the oldest while over the byte budget.
-    fn evict(&mut self, incoming: u64) {
-        while let Some(oldest) = self.runs.front() {
-            let expired = oldest.created.elapsed() > self.limits.age;
-            if !expired && self.total() + incoming <= self.limits.total_bytes {
-                break;
-            }
-            if let Some(run) = self.runs.pop_front() {
-                let _ = std::fs::remove_dir_all(self.base.join(&run.id));
-            }
+    /// Drops runs past their age, then the oldest while over the byte
+    /// budget; never `keep`, the run being stored.
+    fn evict(&mut self, incoming: u64, keep: &str) {
+        let age = self.limits.age;
+        let expired: Vec<String> =
+            self.runs.iter().filter(|r| r.id != keep && r.created.elapsed() > age).map(|r| r.id.clone()).collect();
+        for id in expired {
+            self.drop_run(&id);
+        }
+        while self.total() + incoming > self.limits.total_bytes {
+            let Some(oldest) = self.runs.iter().find(|r| r.id != keep).map(|r| r.id.clone()) else { break };
+            self.drop_run(&oldest);
         }
     }
-}
 
-/// Shared by the loops (which store) and the HTTP routes (which serve).
-#[derive(Debug, Clone)]
-pub struct ArtifactStore {
-    inner: Arc<Mutex<Inner>>,
-}
-
-impl ArtifactStore {
-    pub fn new(base: &Path) -> std::io::Result<ArtifactStore> {
-        Self::with_limits(base, ArtifactLimits::default())
+    fn drop_run(&mut self, id: &str) {
+        self.runs.retain(|r| r.id != id);
+        let _ = self.base.remove_tree(id);
     }
 
-    pub fn with_limits(base: &Path, limits: ArtifactLimits) -> std::io::Result<ArtifactStore> {
-        std::fs::create_dir_all(base)?;
-        let inner = Inner { base: base.to_path_buf(), limits, runs: VecDeque::new() };
-        Ok(ArtifactStore { inner: Arc::new(Mutex::new(inner)) })
-    }
-
-    /// Copies the files under `workspace` changed since `since` into the
-    /// run's store and returns them. Blocking: call off the async threads.
-    pub fn collect(&self, run_id: &str, workspace: &Path, since: SystemTime) -> Vec<Artifact> {
-        let mut changed = Vec::new();
-        walk(workspace, workspace, since, &mut changed);
-        changed.sort();
-        let Ok(mut inner) = self.inner.lock() else { return Vec::new() };
-        let incoming: u64 = changed.iter().map(|(_, bytes)| *bytes).sum();
-        inner.evict(incoming);
-        let base = inner.base.join(run_id);
-        let index = match inner.runs.iter().position(|r| r.id == run_id) {
-            Some(index) => index,
-            None => {
-                inner.runs.push_back(RunFiles { id: run_id.to_string(), created: Instant::now(), files: Vec::new() });
-                inner.runs.len() - 1
+    /// Copies the files a tool call changed into the run's store and
+    /// returns those kept. Files past the per-file size or the per-run
+    /// count are passed over before anything is created, and do not count
+    /// toward the byte budget.
+    pub fn store(&mut self, run_id: &str, files: Vec<Found>) -> Vec<Artifact> {
+        if !valid_run_id(run_id) {
+            return Vec::new();
+        }
+        let limits = self.limits;
+        let known: Vec<String> = self.list(run_id).unwrap_or_default().into_iter().map(|f| f.path).collect();
+        let mut count = known.len();
+        let mut accepted = Vec::new();
+        for found in files {
+            let is_new = !known.contains(&found.path);
+            if found.bytes > limits.file_bytes || (is_new && count >= limits.run_files) {
+                continue;
             }
-        };
-        let limits = inner.limits;
+            count += usize::from(is_new);
+            accepted.push(found);
+        }
+        if accepted.is_empty() {
+            return Vec::new();
+        }
+        let incoming: u64 = accepted.iter().map(|f| f.bytes).sum();
+        self.evict(incoming, run_id);
+        if !self.runs.iter().any(|r| r.id == run_id) {
+            match self.base.make_folder(run_id) {
+                Ok(()) | Err(crate::workspace::FsError::Exists { .. }) => {}
+                Err(_) => return Vec::new(),
+            }
+            self.runs.push_back(RunFiles { id: run_id.to_string(), created: Instant::now(), files: Vec::new() });
+        }
         let mut stored = Vec::new();
-        for (path, bytes) in changed {
-            let run = &mut inner.runs[index];
-            let known = run.files.iter().any(|f| f.path == path);
-            if bytes > limits.file_bytes || (!known && run.files.len() >= limits.run_files) {
+        for found in accepted {
+            let target = format!("{run_id}/{}", found.path);
+            // At most the size the walk saw, so the budget holds even for
+            // a file that grows while it is copied.
+            let mut source = found.file.take(found.bytes);
+            let Ok(staged) = self.base.stage_from(&target, &mut source) else { continue };
+            if self.base.commit(staged, true).is_err() {
                 continue;
             }
-            let target = base.join(&path);
-            let copied = target.parent().map(std::fs::create_dir_all).unwrap_or(Ok(())).and_then(|_| {
-                // Read through the guard: a link the command planted never
-                // makes the server copy a file from outside the workspace.
-                let mut opened = path_guard::open_file(workspace, &path).map_err(std::io::Error::other)?;
-                let mut out = std::fs::File::create(&target)?;
-                std::io::copy(&mut opened.file, &mut out)
-            });
-            if copied.is_err() {
-                continue;
+            let artifact = Artifact { path: found.path, bytes: found.bytes };
+            if let Some(run) = self.runs.iter_mut().find(|r| r.id == run_id) {
+                run.files.retain(|f| f.path != artifact.path);
+                run.files.push(artifact.clone());
             }
-            run.files.retain(|f| f.path != path);
-            run.files.push(Artifact { path: path.clone(), bytes });
-            stored.push(Artifact { path, bytes });
+            stored.push(artifact);
         }
         stored
     }
 
     /// The files of a run.
     pub fn list(&self, run_id: &str) -> Option<Vec<Artifact>> {
-        let inner = self.inner.lock().ok()?;
-        inner.runs.iter().find(|r| r.id == run_id).map(|r| r.files.clone())
+        self.runs.iter().find(|r| r.id == run_id).map(|r| r.files.clone())
     }
 
-    /// Opens one stored file, through the path guard.
-    pub fn open(&self, run_id: &str, path: &str) -> Result<path_guard::OpenedFile, String> {
-        let base = {
-            let inner = self.inner.lock().map_err(|_| "the artifact store is unavailable".to_string())?;
-            if !inner.runs.iter().any(|r| r.id == run_id) {
-                return Err(format!("no run '{run_id}' has stored files"));
-            }
-            inner.base.join(run_id)
-        };
-        path_guard::open_file(&base, path).map_err(|err| err.to_string())
+    /// Opens one stored file: (file, length).
+    pub fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), String> {
+        let known =
+            self.runs.iter().find(|r| r.id == run_id).ok_or_else(|| format!("no run '{run_id}' has stored files"))?;
+        if !known.files.iter().any(|f| f.path == path) {
+            return Err(format!("run '{run_id}' has no file '{path}'"));
+        }
+        self.base.open_file(&format!("{run_id}/{path}")).map_err(|err| err.to_string())
     }
 }
 
-fn walk(root: &Path, dir: &Path, since: SystemTime, out: &mut Vec<(String, u64)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(relative) = path.strip_prefix(root) else { continue };
-        let relative = relative.to_string_lossy().replace('\\', "/");
-        if PRIVATE.iter().any(|p| relative == *p || relative.starts_with(&format!("{p}/"))) {
-            continue;
+pub struct ArtifactStoreActor;
+
+pub enum ArtifactMsg {
+    /// Sent by a workspace actor after a tool call changed files: copy them
+    /// into the run's store; the reply is what was kept.
+    Store { run_id: String, files: Vec<Found>, reply: RpcReplyPort<Vec<Artifact>> },
+    /// Sent by the HTTP routes: the files of a run.
+    List { run_id: String, reply: RpcReplyPort<Option<Vec<Artifact>>> },
+    /// Sent by the HTTP routes: one file, opened for download.
+    Open { run_id: String, path: String, reply: RpcReplyPort<Result<(File, u64), String>> },
+}
+
+pub struct ArtifactState {
+    /// Shared with the blocking task that copies files, one at a time.
+    store: Arc<Mutex<ArtifactStore>>,
+}
+
+impl Actor for ArtifactStoreActor {
+    type Msg = ArtifactMsg;
+    type State = ArtifactState;
+    type Arguments = ArtifactStore;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ArtifactMsg>,
+        store: ArtifactStore,
+    ) -> Result<ArtifactState, ActorProcessingErr> {
+        Ok(ArtifactState { store: Arc::new(Mutex::new(store)) })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ArtifactMsg>,
+        msg: ArtifactMsg,
+        state: &mut ArtifactState,
+    ) -> Result<(), ActorProcessingErr> {
+        let store = Arc::clone(&state.store);
+        match msg {
+            ArtifactMsg::Store { run_id, files, reply } => {
+                // Copying is disk work: off the async threads, awaited here so
+                // stores stay one at a time.
+                let kept = tokio::task::spawn_blocking(move || {
+                    store.lock().map(|mut store| store.store(&run_id, files)).unwrap_or_default()
+                })
+                .await
+                .unwrap_or_default();
+                let _ = reply.send(kept);
+            }
+            ArtifactMsg::List { run_id, reply } => {
+                let _ = reply.send(store.lock().ok().and_then(|store| store.list(&run_id)));
+            }
+            ArtifactMsg::Open { run_id, path, reply } => {
+                let opened = tokio::task::spawn_blocking(move || {
+                    store.lock().map_err(|_| "the artifact store is unavailable".to_string())?.open(&run_id, &path)
+                })
+                .await
+                .unwrap_or_else(|_| Err("the artifact store is unavailable".into()));
+                let _ = reply.send(opened);
+            }
         }
-        let Ok(metadata) = entry.metadata() else { continue };
-        if metadata.is_dir() {
-            walk(root, &path, since, out);
-        } else if metadata.is_file() && metadata.modified().is_ok_and(|m| m >= since) {
-            out.push((relative, metadata.len()));
+        Ok(())
+    }
+}
+
+/// How long a caller waits for the store.
+const STORE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A handle on the store actor.
+#[derive(Debug, Clone)]
+pub struct Artifacts(pub ActorRef<ArtifactMsg>);
+
+impl Artifacts {
+    pub async fn store(&self, run_id: &str, files: Vec<Found>) -> Vec<Artifact> {
+        let run_id = run_id.to_string();
+        match self.0.call(|reply| ArtifactMsg::Store { run_id, files, reply }, Some(STORE_TIMEOUT)).await {
+            Ok(ractor::rpc::CallResult::Success(kept)) => kept,
+            _ => Vec::new(),
+        }
+    }
+
+    pub async fn list(&self, run_id: &str) -> Option<Vec<Artifact>> {
+        let run_id = run_id.to_string();
+        match self.0.call(|reply| ArtifactMsg::List { run_id, reply }, Some(STORE_TIMEOUT)).await {
+            Ok(ractor::rpc::CallResult::Success(files)) => files,
+            _ => None,
+        }
+    }
+
+    pub async fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), String> {
+        let (run_id, path) = (run_id.to_string(), path.to_string());
+        match self.0.call(|reply| ArtifactMsg::Open { run_id, path, reply }, Some(STORE_TIMEOUT)).await {
+            Ok(ractor::rpc::CallResult::Success(opened)) => opened,
+            _ => Err("the artifact store is unavailable".into()),
         }
     }
 }
@@ -181,6 +280,7 @@ fn walk(root: &Path, dir: &Path, since: SystemTime, out: &mut Vec<(String, u64)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
     const SMALL: ArtifactLimits =
         ArtifactLimits { run_files: 3, file_bytes: 10, total_bytes: 25, age: Duration::from_secs(3600) };
@@ -191,6 +291,11 @@ mod tests {
 
     fn paths(files: &[Artifact]) -> Vec<&str> {
         files.iter().map(|f| f.path.as_str()).collect()
+    }
+
+    fn changed(work: &Path) -> Vec<Found> {
+        let since = SystemTime::now() - Duration::from_secs(5);
+        DirHandle::open(work).unwrap().changed_files(since, &PRIVATE)
     }
 
     #[test]
@@ -206,11 +311,10 @@ mod tests {
     fn file_size_and_file_count_at_and_past_the_limit() {
         let base = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
-        let store = ArtifactStore::with_limits(base.path(), SMALL).unwrap();
-        let since = SystemTime::now() - Duration::from_secs(5);
+        let mut store = ArtifactStore::new(base.path(), SMALL).unwrap();
         write(work.path(), "at.txt", 10);
         write(work.path(), "past.txt", 11);
-        assert_eq!(paths(&store.collect("r1", work.path(), since)), ["at.txt"]);
+        assert_eq!(paths(&store.store("run-1", changed(work.path()))), ["at.txt"]);
 
         let work = tempfile::tempdir().unwrap();
         for name in ["a", "b", "c", "d"] {
@@ -218,51 +322,72 @@ mod tests {
         }
         // Three files fit a run; the fourth is left out, but a stored file
         // changed again is still replaced.
-        assert_eq!(paths(&store.collect("r2", work.path(), since)), ["a", "b", "c"]);
+        assert_eq!(paths(&store.store("run-2", changed(work.path()))), ["a", "b", "c"]);
         write(work.path(), "a", 2);
-        let again = store.collect("r2", work.path(), since);
+        let again = store.store("run-2", changed(work.path()));
         assert!(paths(&again).contains(&"a") && !paths(&again).contains(&"d"));
-        assert_eq!(store.list("r2").unwrap().iter().find(|f| f.path == "a").unwrap().bytes, 2);
+        assert_eq!(store.list("run-2").unwrap().iter().find(|f| f.path == "a").unwrap().bytes, 2);
     }
 
     #[test]
     fn the_oldest_runs_go_when_the_total_passes_the_limit_or_they_expire() {
         let base = tempfile::tempdir().unwrap();
-        let store = ArtifactStore::with_limits(base.path(), SMALL).unwrap();
-        let since = SystemTime::now() - Duration::from_secs(5);
-        for (run, bytes) in [("r1", 10), ("r2", 10), ("r3", 5)] {
+        let mut store = ArtifactStore::new(base.path(), SMALL).unwrap();
+        for (run, bytes) in [("run-1", 10), ("run-2", 10), ("run-3", 5)] {
             let work = tempfile::tempdir().unwrap();
             write(work.path(), "f", bytes);
-            store.collect(run, work.path(), since);
+            store.store(run, changed(work.path()));
         }
         // 25 bytes: exactly the limit, everything kept.
-        assert!(store.list("r1").is_some() && store.list("r3").is_some());
+        assert!(store.list("run-1").is_some() && store.list("run-3").is_some());
         let work = tempfile::tempdir().unwrap();
         write(work.path(), "f", 1);
-        store.collect("r4", work.path(), since);
+        store.store("run-4", changed(work.path()));
         // One byte past: the oldest run goes, files and folder.
-        assert!(store.list("r1").is_none());
-        assert!(!base.path().join("r1").exists());
-        assert!(store.list("r2").is_some() && store.list("r4").is_some());
+        assert!(store.list("run-1").is_none());
+        assert!(!base.path().join("run-1").exists());
+        assert!(store.list("run-2").is_some() && store.list("run-4").is_some());
 
-        let aged = ArtifactStore::with_limits(base.path(), ArtifactLimits { age: Duration::ZERO, ..SMALL }).unwrap();
-        aged.collect("old", work.path(), since);
-        aged.collect("new", work.path(), since);
-        assert!(aged.list("old").is_none(), "an expired run is dropped at the next store");
+        let aged = tempfile::tempdir().unwrap();
+        let mut aged = ArtifactStore::new(aged.path(), ArtifactLimits { age: Duration::ZERO, ..SMALL }).unwrap();
+        aged.store("run-old", changed(work.path()));
+        aged.store("run-new", changed(work.path()));
+        assert!(aged.list("run-old").is_none(), "an expired run is dropped at the next store");
     }
 
     #[test]
-    fn private_folders_and_links_out_are_not_collected() {
+    fn a_skipped_file_does_not_count_toward_the_budget() {
+        let base = tempfile::tempdir().unwrap();
+        let mut store = ArtifactStore::new(base.path(), SMALL).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        write(work.path(), "f", 10);
+        store.store("run-1", changed(work.path()));
+        let work = tempfile::tempdir().unwrap();
+        write(work.path(), "g", 10);
+        store.store("run-2", changed(work.path()));
+        // 20 of 25 bytes stored. A 100-byte file is skipped (too large), so
+        // storing it with a 5-byte one evicts nothing.
+        let work = tempfile::tempdir().unwrap();
+        write(work.path(), "huge", 100);
+        write(work.path(), "small", 5);
+        assert_eq!(paths(&store.store("run-3", changed(work.path()))), ["small"]);
+        assert!(store.list("run-1").is_some(), "a skipped file evicted a run");
+    }
+
+    #[test]
+    fn private_folders_links_and_refused_names_are_not_collected() {
         let base = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
-        let store = ArtifactStore::new(base.path()).unwrap();
+        let mut store = ArtifactStore::new(base.path(), ArtifactLimits::default()).unwrap();
         std::fs::create_dir_all(work.path().join(".tmp")).unwrap();
         write(&work.path().join(".tmp"), "scratch", 3);
         write(work.path(), "kept.txt", 3);
+        write(work.path(), "a\\b", 3);
         std::os::unix::fs::symlink("/etc/passwd", work.path().join("passwd")).unwrap();
-        let since = SystemTime::now() - Duration::from_secs(5);
-        assert_eq!(paths(&store.collect("r", work.path(), since)), ["kept.txt"]);
-        assert!(store.open("r", "../r/kept.txt").is_err());
-        assert!(store.open("nope", "kept.txt").is_err());
+        assert_eq!(paths(&store.store("run-1", changed(work.path()))), ["kept.txt"]);
+        assert_eq!(std::fs::read_dir(base.path().join("run-1")).unwrap().count(), 1);
+        assert!(store.open("run-1", "../run-1/kept.txt").is_err());
+        assert!(store.open("run-9", "kept.txt").is_err());
+        assert!(store.store("../escape", changed(work.path())).is_empty());
     }
 }

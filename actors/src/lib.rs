@@ -11,6 +11,12 @@
 //! - [`skills`]: Agent Skills: manifests, the path guard, the registry and its
 //!   actor, ZIP installs.
 //! - [`server`]: the handle the HTTP layer holds.
+//! - [`tools`]: the closed set of tools the server answers, one file each.
+//! - [`workspace`]: request folders, the one handle into them
+//!   (`workspace::handle`) and the `WorkspaceActor` that owns one.
+//! - [`sandbox`]: the `SandboxActor`, the launcher of the sandbox helper,
+//!   profiles, per-workspace uids and per-command control groups.
+//! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
 
 pub mod artifacts;
 pub mod chat_loop;
@@ -20,6 +26,7 @@ pub mod sandbox;
 pub mod server;
 pub mod skills;
 pub mod supervisor;
+pub mod tools;
 pub mod workspace;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};

@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, watch};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::artifacts::{ArtifactStore, Artifacts};
 use crate::chat_loop::{LoopMsg, LoopSettings};
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
@@ -14,6 +15,7 @@ use crate::sandbox::ExecRuntime;
 use crate::skills::actor::SkillsMsg;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
+use crate::workspace::conversations::Conversations;
 
 /// How long a rescan may take before the caller gives up waiting.
 const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -31,25 +33,37 @@ pub struct Server {
     status: watch::Receiver<ModelStatus>,
     skills: Option<SkillsHandle>,
     exec: Option<Arc<ExecRuntime>>,
+    /// The store of produced files, when commands may run.
+    artifacts: Option<Artifacts>,
+    /// Web UI conversations: ids issued here, and their workspaces.
+    conversations: Arc<Conversations>,
     /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
     allows_scripts: bool,
 }
 
 /// What the server is started with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ServerConfig {
     pub model: ModelSource,
     /// `None` turns skills off (`--no-skills`).
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
-    /// Process execution and artifacts; `None` when nothing may run.
+    /// Process execution; `None` when nothing may run.
     pub exec: Option<Arc<ExecRuntime>>,
+    /// Where produced files are kept; with `exec`.
+    pub artifacts: Option<ArtifactStore>,
 }
 
 impl ServerConfig {
     /// A server for a model file, with default loop settings.
     pub fn new(engine: EngineConfig, skills: Option<SkillsConfig>) -> Self {
-        ServerConfig { model: ModelSource::Load(engine), skills, loop_settings: LoopSettings::default(), exec: None }
+        ServerConfig {
+            model: ModelSource::Load(engine),
+            skills,
+            loop_settings: LoopSettings::default(),
+            exec: None,
+            artifacts: None,
+        }
     }
 }
 
@@ -141,22 +155,37 @@ impl Server {
             }
             None => (None, None),
         };
+        let conversations = Arc::new(Conversations::default());
         let args = SupervisorArgs {
             engine: config.model,
             loop_settings: config.loop_settings,
             exec: config.exec.clone(),
+            artifacts: config.artifacts,
+            conversations: Arc::clone(&conversations),
             status: status_tx,
             skills: skills_args,
         };
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
+        let artifacts = ractor::call_t!(supervisor, SupervisorMsg::Artifacts, 5_000)
+            .map_err(|err| format!("cannot reach the supervisor: {err}"))?;
         let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });
-        Ok(Server { supervisor, status, skills, exec: config.exec, allows_scripts })
+        Ok(Server { supervisor, status, skills, exec: config.exec, artifacts, conversations, allows_scripts })
     }
 
     /// Process execution and artifacts, when offered.
     pub fn exec(&self) -> Option<&Arc<ExecRuntime>> {
         self.exec.as_ref()
+    }
+
+    /// The store of produced files, when commands may run.
+    pub fn artifacts(&self) -> Option<&Artifacts> {
+        self.artifacts.as_ref()
+    }
+
+    /// Web UI conversations.
+    pub fn conversations(&self) -> &Conversations {
+        &self.conversations
     }
 
     /// Whether the model may run skill scripts.

@@ -8,12 +8,14 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use skillhost_engine::{EngineStats, ModelInfo};
 use tokio::sync::{mpsc, watch};
 
+use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
 use crate::model::{ModelActor, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
 use crate::skills::{SkillsConfig, Snapshot};
+use crate::workspace::conversations::Conversations;
 
 /// How long the supervisor waits for the model actor to answer.
 const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;
@@ -37,8 +39,12 @@ pub struct SupervisorArgs {
     pub engine: ModelSource,
     /// How every request's loop runs.
     pub loop_settings: LoopSettings,
-    /// Process execution and artifacts, when offered.
+    /// Process execution, when offered.
     pub exec: Option<Arc<ExecRuntime>>,
+    /// The store of produced files, when commands may run; the supervisor
+    /// starts its actor.
+    pub artifacts: Option<ArtifactStore>,
+    pub conversations: Arc<Conversations>,
     pub status: watch::Sender<ModelStatus>,
     /// The skills registry's setup and the channel its snapshots go out on;
     /// `None` with `--no-skills`.
@@ -58,6 +64,8 @@ pub enum SupervisorMsg {
     /// Sent by the HTTP layer before it changes the skills registry: the
     /// registry actor, when skills are on.
     SkillsActor(RpcReplyPort<Option<ActorRef<SkillsMsg>>>),
+    /// Sent by the server handle once at start: the artifact store's actor.
+    Artifacts(RpcReplyPort<Option<Artifacts>>),
     /// Sent by tests to make the engine thread panic.
     #[cfg(feature = "fault-injection")]
     InjectEnginePanic,
@@ -67,6 +75,9 @@ pub struct SupervisorState {
     engine: ModelSource,
     loop_settings: LoopSettings,
     exec: Option<Arc<ExecRuntime>>,
+    /// The artifact store's actor, a linked child.
+    artifacts: Option<Artifacts>,
+    conversations: Arc<Conversations>,
     /// Published model status.
     status: watch::Sender<ModelStatus>,
     /// The running model actor, when a model is loaded.
@@ -95,6 +106,8 @@ impl Actor for Supervisor {
             engine: args.engine,
             loop_settings: args.loop_settings,
             exec: args.exec,
+            artifacts: None,
+            conversations: args.conversations,
             status: args.status,
             model: None,
             restarts: Vec::new(),
@@ -102,6 +115,10 @@ impl Actor for Supervisor {
             skills_actor: None,
         };
         start_skills(myself.get_cell(), &mut state).await?;
+        if let Some(store) = args.artifacts {
+            let (actor, _) = Actor::spawn_linked(None, ArtifactStoreActor, store, myself.get_cell()).await?;
+            state.artifacts = Some(Artifacts(actor));
+        }
         myself.cast(SupervisorMsg::LoadModel)?;
         Ok(state)
     }
@@ -120,6 +137,9 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::SkillsActor(reply) => {
                 let _ = reply.send(state.skills_actor.clone());
+            }
+            SupervisorMsg::Artifacts(reply) => {
+                let _ = reply.send(state.artifacts.clone());
             }
             #[cfg(feature = "fault-injection")]
             SupervisorMsg::InjectEnginePanic => {
@@ -251,7 +271,16 @@ async fn start_chat(
     let backend = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
         .map_err(|_| unavailable(&state.status.borrow()))?;
     let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
-    let args = LoopArgs { request, backend, skills, settings: state.loop_settings, exec: state.exec.clone(), events };
+    let args = LoopArgs {
+        request,
+        backend,
+        skills,
+        settings: state.loop_settings,
+        exec: state.exec.clone(),
+        artifacts: state.artifacts.clone(),
+        conversations: Arc::clone(&state.conversations),
+        events,
+    };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
         .await
         .map_err(|err| ChatError::Engine(format!("cannot start the request: {err}")))?;

@@ -9,7 +9,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use skillhost_actors::workspace::apply_patch::apply;
+use skillhost_actors::workspace::apply_patch;
+use skillhost_actors::workspace::DirHandle;
+
+fn apply(dir: &Path, patch: &str) -> Result<apply_patch::Applied, apply_patch::PatchError> {
+    apply_patch::apply(&DirHandle::open(dir).unwrap(), patch)
+}
 
 /// Every file under `dir`, relative path → content.
 fn tree(dir: &Path) -> BTreeMap<String, String> {

@@ -7,8 +7,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
 use skillhost_actors::sandbox::launch::{Launcher, Run};
-use skillhost_actors::workspace::{apply_patch, sandbox_owner, Workspace};
+use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::{apply_patch, DirHandle, Workspace, WorkspaceOptions};
 
 /// Starts of each kind; the median is reported.
 const STARTS: usize = 21;
@@ -29,19 +33,33 @@ fn ms(since: Instant) -> f64 {
 pub fn run() {
     let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
     assert!(status.success(), "building the server failed");
-    let launcher = Launcher {
-        // Absolute: the helper starts in the workspace.
-        helper: std::fs::canonicalize("target/release/skillhost").expect("the server binary"),
-        profile_dir: std::fs::canonicalize("sandbox-profiles").expect("sandbox-profiles"),
-        user: "nobody".into(),
+    let helper = std::fs::canonicalize("target/release/skillhost").expect("the server binary");
+    let profile_dir = std::fs::canonicalize("sandbox-profiles").expect("sandbox-profiles");
+    let plain_launcher = Launcher { helper: helper.clone(), profile_dir: profile_dir.clone(), cgroups: None };
+    // What the server adds when the host allows it: a control group per command.
+    let limits = GroupLimits { memory_bytes: 4096 * 1024 * 1024, processes: 128 };
+    let cgroups = match Cgroups::detect(limits) {
+        Ok(groups) => Some(Arc::new(groups)),
+        Err(why) => {
+            println!("  (no control groups on this host: {why})");
+            None
+        }
     };
+    let grouped_launcher = Launcher { helper: helper.clone(), profile_dir, cgroups: cgroups.clone() };
     let base = tempfile::tempdir().expect("tempdir");
-    set_mode(base.path(), 0o755);
-    let workspace = Workspace::create(base.path(), sandbox_owner("nobody")).expect("workspace");
+    set_mode(base.path(), 0o711);
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    let options = WorkspaceOptions {
+        uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
+        size_cap: None,
+    };
+    let workspace = Workspace::create(base.path(), &options).expect("workspace");
     let command = ["/usr/bin/true".to_string()];
     let run = Run {
         profile: "code-exec",
-        workspace: workspace.root(),
+        workspace: workspace.path(),
+        owner: workspace.owner(),
         skill: None,
         network: false,
         unconfined: false,
@@ -55,20 +73,47 @@ pub fn run() {
         assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
         took
     };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let through_server = || {
+        let started = Instant::now();
+        let ran = runtime.block_on(grouped_launcher.run(&run)).expect("the helper runs");
+        let took = ms(started);
+        assert_eq!(ran.exit_code, Some(0), "{}", ran.stderr);
+        took
+    };
+    let trampoline = || {
+        let mut command = Command::new(&helper);
+        command.args(["sandbox-close-fds", "--", "/usr/bin/true"]);
+        command
+    };
     // One of each first, unmeasured (page cache, first namespace setup);
     // then they alternate so drift hits both alike.
-    start(launcher.command(&run));
+    start(plain_launcher.command(&run));
+    through_server();
     start(Command::new("/usr/bin/true"));
-    let (mut sandboxed, mut plain) = (Vec::new(), Vec::new());
+    let (mut sandboxed, mut served, mut plain, mut trampolined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..STARTS {
-        sandboxed.push(start(launcher.command(&run)));
+        sandboxed.push(start(plain_launcher.command(&run)));
+        served.push(through_server());
         plain.push(start(Command::new("/usr/bin/true")));
+        trampolined.push(start(trampoline()));
     }
-    let (sandboxed, plain) = (median(sandboxed), median(plain));
+    let (sandboxed, served, plain, trampolined) =
+        (median(sandboxed), median(served), median(plain), median(trampolined));
     println!(
         "  `true`, median of {STARTS}: sandboxed {sandboxed:.2} ms, plain {plain:.2} ms, ratio {:.1}×",
         sandboxed / plain
     );
+    println!(
+        "  `true` as the server runs it (own uid{}, output pipes): {served:.2} ms, ratio {:.1}× plain",
+        if cgroups.is_some() { ", own control group" } else { "" },
+        served / plain
+    );
+    println!(
+        "  of which the descriptor-closing trampoline, run alone: {trampolined:.2} ms ({:.1}× plain)",
+        trampolined / plain
+    );
+    drop(workspace);
 
     let dir = tempfile::tempdir().expect("tempdir");
     let (original, patch) = patch_case();
@@ -77,7 +122,8 @@ pub fn run() {
     for _ in 0..PATCH_RUNS {
         std::fs::write(&file, &original).expect("write");
         let started = Instant::now();
-        let applied = apply_patch::apply(dir.path(), &patch).expect("the patch applies");
+        let handle = DirHandle::open(dir.path()).expect("the folder opens");
+        let applied = apply_patch::apply(&handle, &patch).expect("the patch applies");
         patching.push(ms(started));
         assert_eq!(applied.written, vec!["big.txt".to_string()]);
         // The floor: the same file read and written once.

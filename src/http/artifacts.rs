@@ -9,11 +9,10 @@ use serde_json::json;
 use crate::http::error::{ApiError, PlainError};
 use crate::http::AppState;
 
-fn store(state: &AppState) -> Result<&skillhost_actors::artifacts::ArtifactStore, ApiError> {
+fn store(state: &AppState) -> Result<&skillhost_actors::artifacts::Artifacts, ApiError> {
     state
         .server
-        .exec()
-        .map(|exec| &exec.artifacts)
+        .artifacts()
         .ok_or_else(|| ApiError::NotFound("this server runs no code, so it keeps no artifacts".into()))
 }
 
@@ -26,6 +25,7 @@ pub fn artifact_url(run_id: &str, path: &str) -> String {
 pub async fn list(state: web::Data<AppState>, run_id: web::Path<String>) -> Result<HttpResponse, PlainError> {
     let files = store(&state)?
         .list(&run_id)
+        .await
         .ok_or_else(|| ApiError::NotFound(format!("no run '{run_id}' has stored files (they are kept for an hour)")))?;
     let files: Vec<_> = files
         .iter()
@@ -42,10 +42,10 @@ pub async fn download(
     let (run_id, path) = params.into_inner();
     let store = store(&state)?.clone();
     let file_name = path.rsplit('/').next().unwrap_or("file").replace(['"', '\\'], "");
+    let (file, len) = store.open(&run_id, &path).await.map_err(ApiError::NotFound)?;
     let bytes = web::block(move || -> Result<Vec<u8>, String> {
-        let opened = store.open(&run_id, &path)?;
-        let mut bytes = Vec::with_capacity(opened.len as usize);
-        opened.file.take(opened.len).read_to_end(&mut bytes).map_err(|err| err.to_string())?;
+        let mut bytes = Vec::with_capacity(len as usize);
+        file.take(len).read_to_end(&mut bytes).map_err(|err| err.to_string())?;
         Ok(bytes)
     })
     .await

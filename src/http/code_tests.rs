@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::artifacts::ArtifactStore;
+use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::ScriptedBackend;
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
-use skillhost_actors::sandbox::tools::ExecSettings;
-use skillhost_actors::sandbox::ExecRuntime;
+use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
+use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
 use crate::http::{configure, metrics::Metrics, AppState};
@@ -52,10 +53,11 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
-    let launcher = Launcher { helper: helper(), profile_dir: profiles, user: "nobody".into() };
-    let owner = skillhost_actors::workspace::sandbox_owner("nobody");
+    let launcher = Launcher { helper: helper(), profile_dir: profiles, cgroups: None };
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
     let exec = ExecRuntime {
-        settings: ExecSettings {
+        settings: Arc::new(ExecSettings {
             launcher,
             mode: SandboxMode::Required,
             unavailable: None,
@@ -63,14 +65,17 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
             shell_network: false,
             skills_network: false,
             gaps: None,
-        },
+        }),
         workspace_base: base.path().join("workspaces"),
-        owner,
-        artifacts: ArtifactStore::new(&base.path().join("artifacts")).unwrap(),
+        workspaces: WorkspaceOptions {
+            uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
+            size_cap: None,
+        },
         code_exec,
-        conversations: Default::default(),
     };
     std::fs::create_dir_all(base.path().join("workspaces")).unwrap();
+    std::fs::create_dir_all(base.path().join("artifacts")).unwrap();
+    let artifacts = ArtifactStore::new(&base.path().join("artifacts"), ArtifactLimits::default()).unwrap();
     let skills = skills.map(|path| SkillsConfig {
         roots: vec![Root { path, origin: Origin::Discovered }],
         install_dir: None,
@@ -82,6 +87,7 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
         skills,
         loop_settings: LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() },
         exec: Some(Arc::new(exec)),
+        artifacts: Some(artifacts),
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
@@ -355,15 +361,16 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
     ];
     let harness = harness(outputs).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
-    let turn = |content: &str| json!({"messages": [{"role": "user", "content": content}], "conversationId": "conv-7"});
-    let response = test::call_service(
-        &app,
-        test::TestRequest::post().uri("/api/chat").set_json(turn("Save a plan.")).to_request(),
-    )
-    .await;
+    let first = json!({"messages": [{"role": "user", "content": "Save a plan."}], "conversationId": "conv-7"});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(first).to_request()).await;
     let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
     let frames: Vec<Value> =
         body.split("\n\n").filter(|f| !f.is_empty()).map(|f| serde_json::from_str(&f[6..]).unwrap()).collect();
+    // The id is the server's own, not the one the client made up.
+    let id = frames.last().unwrap()["conversationId"].as_str().unwrap().to_string();
+    assert!(id.starts_with("c-") && id.len() == 34, "{id}");
+    let turn = |content: &str| json!({"messages": [{"role": "user", "content": content}], "conversationId": id});
     // The activity frames: writing, then finished with the produced file.
     let progress: Vec<&Value> = frames.iter().filter_map(|f| f.get("tool_progress")).collect();
     assert_eq!(progress[0]["phase"], "writing");
@@ -385,9 +392,11 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
     let last = harness.backend.prompts().pop().unwrap();
     assert!(last.contains("1\tstep one"), "{last}");
 
-    let closed: Value =
-        test::call_and_read_body_json(&app, test::TestRequest::delete().uri("/api/conversations/conv-7").to_request())
-            .await;
+    let closed: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::delete().uri(&format!("/api/conversations/{id}")).to_request(),
+    )
+    .await;
     assert_eq!(closed, json!({"closed": true}));
     assert_eq!(workspaces(harness.base.path()), 0);
 }

@@ -41,8 +41,13 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
     };
     let loop_settings =
         LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };
-    let config =
-        ServerConfig { model: ModelSource::Provided(backend.clone()), skills: Some(skills), loop_settings, exec: None };
+    let config = ServerConfig {
+        model: ModelSource::Provided(backend.clone()),
+        skills: Some(skills),
+        loop_settings,
+        exec: None,
+        artifacts: None,
+    };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
     let state = web::Data::new(AppState {

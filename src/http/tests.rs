@@ -292,6 +292,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         skills: Some(skills),
         loop_settings: Default::default(),
         exec: None,
+        artifacts: None,
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));

@@ -9,7 +9,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
 use futures_util::StreamExt;
-use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::{SkillStep, ToolPhase, ToolProgress};
@@ -112,10 +111,10 @@ pub struct WebChatRequest {
     tool_choice: Option<WireToolChoice>,
 }
 
-fn conversation_id(given: Option<String>) -> Result<String, ApiError> {
-    let Some(id) = given else {
-        return Ok(format!("c-{}", Alphanumeric.sample_string(&mut rand::rng(), 20)));
-    };
+/// Checks the spelling of a conversation id the page sent back; whether
+/// the server knows it is the conversations store's to say.
+fn conversation_id(given: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(id) = given else { return Ok(None) };
     let valid = !id.is_empty()
         && id.len() <= MAX_CONVERSATION_ID_LEN
         && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
@@ -127,7 +126,7 @@ fn conversation_id(given: Option<String>) -> Result<String, ApiError> {
             ),
         ));
     }
-    Ok(id)
+    Ok(Some(id))
 }
 
 /// `POST /api/chat`
@@ -148,7 +147,10 @@ async fn start_chat(
 ) -> Result<HttpResponse, ApiError> {
     let web_request: WebChatRequest = read_json(request, payload).await?;
     let info = ready_model(state)?;
-    let conversation = conversation_id(web_request.conversation_id)?;
+    // The server issues conversation ids; one it did not issue (or has
+    // closed) starts a new conversation instead of naming someone's folder.
+    let given = conversation_id(web_request.conversation_id)?;
+    let conversation = state.server.conversations().resume_or_start(given.as_deref());
     let wire = ChatCompletionRequest {
         messages: web_request.messages,
         skills: web_request.skills,
@@ -185,10 +187,14 @@ async fn start_chat(
         .streaming(stream))
 }
 
-/// `DELETE /api/conversations/{id}`: the conversation's workspace goes (once
-/// no request holds it).
+/// How long closing a conversation waits for its folder to go; a command
+/// still running there finishes its call first.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `DELETE /api/conversations/{id}`: the conversation's workspace goes, after
+/// the call it is answering, if any.
 pub async fn close_conversation(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
-    let closed = state.server.exec().is_some_and(|exec| exec.conversations.close(&id));
+    let closed = state.server.conversations().close_and_wait(&id, CLOSE_WAIT).await;
     Ok(HttpResponse::Ok().json(json!({"closed": closed})))
 }
 

@@ -86,9 +86,11 @@ def test_the_server_removes_its_own_folders_when_it_stops(start_server):
         "--model", str(DEFAULT_MODEL), "--no-skills", "--code-exec", "--workspace-dir", folder.name,
         "--ctx-size", "2048",
     )
-    made = Path(folder.name) / f"skillhost-{server.process.pid}"
-    profiles = Path(tempfile.gettempdir()) / f"skillhost-profiles-{server.process.pid}"
-    assert made.is_dir() and profiles.is_dir()
+    # Random names, never the pid: a local user cannot make them first.
+    made = [p for p in Path(folder.name).iterdir() if p.name.startswith("skillhost-")]
+    assert len(made) == 1 and made[0].is_dir(), made
+    assert str(server.process.pid) not in made[0].name
+    assert oct(made[0].stat().st_mode & 0o777) == "0o711"
     server.stop()
     assert server.process.returncode == 0, "".join(server.log)
-    assert not made.exists() and not profiles.exists()
+    assert not made[0].exists()

@@ -12,7 +12,7 @@ mod reasoning;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use skillhost_engine::{
     ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent, Role, Timings, ToolCall,
     ToolChoice, ToolDef,
@@ -20,16 +20,20 @@ use skillhost_engine::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::artifacts::Artifacts;
 use crate::model::ModelBackend;
 use crate::request::{
     ChatError, ChatEvent, ChatFinish, ChatRequest, RoundStats, SkillStep, ToolPhase, ToolProgress, Usage,
 };
-use crate::sandbox::tools::{run_script, shell, ShellMemory};
+use crate::sandbox::actor::{SandboxActor, SandboxMsg};
 use crate::sandbox::ExecRuntime;
 use crate::skills::prompt::{self, PromptOptions};
-use crate::skills::tools::{self, ToolContext};
+use crate::skills::tools::{self as skill_tools, ToolContext};
 use crate::skills::Snapshot;
-use crate::workspace::{self, files, Workspace};
+use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
+use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
+use crate::workspace::conversations::Conversations;
+use crate::workspace::Workspace;
 use output::RoundOutput;
 
 /// Rounds per turn unless the operator says otherwise.
@@ -45,6 +49,8 @@ pub const MAX_ROUNDS: u32 = 64;
 pub const MAX_SKILL_CALLS_PER_ROUND: usize = 8;
 /// Who makes the calls in a request without sub-agents.
 pub const ROOT_AGENT: &str = "/root";
+/// How long the end of a request waits for its workspace to be deleted.
+const WORKSPACE_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Server-wide loop settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,8 +79,14 @@ impl Default for LoopSettings {
 pub struct LoopActor;
 
 /// A task aborted when its handle is dropped: a killed loop must not leave
-/// its relay (and so its engine sequence) running.
+/// its relay (and so its engine sequence) or its tool calls running.
 pub struct AbortOnDrop(JoinHandle<()>);
+
+impl AbortOnDrop {
+    pub fn new(task: JoinHandle<()>) -> AbortOnDrop {
+        AbortOnDrop(task)
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -88,8 +100,12 @@ pub struct LoopArgs {
     /// The registry at the time the request arrived; `None` with skills off.
     pub skills: Option<Arc<Snapshot>>,
     pub settings: LoopSettings,
-    /// Process execution and artifacts, when the server offers them.
+    /// Process execution, when the server offers it.
     pub exec: Option<Arc<ExecRuntime>>,
+    /// Where produced files are kept, when commands may run.
+    pub artifacts: Option<Artifacts>,
+    /// The server's conversations, whose workspaces outlive one request.
+    pub conversations: Arc<Conversations>,
     pub events: mpsc::UnboundedSender<ChatEvent>,
 }
 
@@ -100,6 +116,26 @@ pub enum LoopMsg {
     Generated(GenerationEvent),
     /// Sent by the relay task when the engine's channel closed without a finish.
     EngineGone,
+    /// Sent by the round's tool task: the answers to our calls, in order.
+    ToolsAnswered(Vec<String>),
+    /// Sent by the round's tool task when a call could not be answered and
+    /// the request cannot go on.
+    ToolsFailed(ChatError),
+}
+
+/// A request's workspace, as the loop holds it.
+struct WorkspaceRef {
+    actor: ActorRef<WorkspaceMsg>,
+    /// The request's own (deleted when it ends), not a conversation's.
+    own: bool,
+}
+
+/// Our calls of a round, being answered, and the caller's calls that
+/// end the turn once they are.
+struct PendingCalls {
+    ours: Vec<ToolCall>,
+    caller: Vec<ToolCall>,
+    timings: Timings,
 }
 
 pub struct LoopState {
@@ -132,15 +168,23 @@ pub struct LoopState {
     rounds: Vec<RoundStats>,
     n_prompt: usize,
     exec: Option<Arc<ExecRuntime>>,
-    /// The request's private folder; deleted when the loop stops, whatever
-    /// ended it (answer, error, rejection, client disconnect).
-    /// Shared with the conversation's store when the request belongs to one.
-    workspace: Option<Arc<Workspace>>,
+    /// The workspace actor the code tools work through: the request's own
+    /// (a linked child, deleted when the loop stops, whatever ended it) or
+    /// its conversation's.
+    workspace: Option<WorkspaceRef>,
+    /// Runs this request's commands; a linked child, so a stopped loop
+    /// kills whatever is still running.
+    sandbox: Option<ActorRef<SandboxMsg>>,
+    artifacts: Option<Artifacts>,
     /// The code tools are declared.
     code_tools: bool,
-    shell_memory: ShellMemory,
     /// Artifacts of this request are stored under this id.
     run_id: String,
+    /// The calls being answered, while the tool task runs.
+    pending: Option<PendingCalls>,
+    /// The task answering this round's calls; the mailbox stays free while
+    /// it runs, and dropping it (the loop stopped) abandons it.
+    tools_task: Option<AbortOnDrop>,
 }
 
 impl LoopState {
@@ -149,10 +193,14 @@ impl LoopState {
         self.events.send(event).is_ok()
     }
 
-    /// Sends the request's last event. The workspace goes first, so a
-    /// client that has its answer never finds the folder still there.
-    fn end(&mut self, event: ChatEvent) {
-        drop(self.workspace.take());
+    /// Sends the request's last event. The request's own workspace goes
+    /// first, so a client that has its answer never finds the folder there.
+    async fn end(&mut self, event: ChatEvent) {
+        if let Some(workspace) = self.workspace.take() {
+            if workspace.own {
+                let _ = workspace.actor.stop_and_wait(None, Some(WORKSPACE_STOP_TIMEOUT)).await;
+            }
+        }
         self.emit(event);
     }
 
@@ -178,9 +226,53 @@ fn chat_error(err: EngineError) -> ChatError {
     }
 }
 
+/// Opens the request's workspace actor: its conversation's (made on the
+/// conversation's first request) or one of its own, linked to the loop.
+async fn open_workspace(
+    myself: &ActorRef<LoopMsg>,
+    exec: &ExecRuntime,
+    conversations: &Conversations,
+    conversation: Option<&str>,
+) -> Result<WorkspaceRef, String> {
+    if let Some(id) = conversation {
+        if let Some(actor) = conversations.workspace(id) {
+            return Ok(WorkspaceRef { actor, own: false });
+        }
+    }
+    let base = exec.workspace_base.clone();
+    let options = exec.workspaces.clone();
+    let workspace = tokio::task::spawn_blocking(move || Workspace::create(&base, &options))
+        .await
+        .map_err(|err| err.to_string())?
+        .map_err(|err| err.to_string())?;
+    match conversation {
+        Some(id) => {
+            // Not linked: the conversation's folder outlives this request.
+            let (actor, _) = Actor::spawn(None, WorkspaceActor, workspace).await.map_err(|err| err.to_string())?;
+            match conversations.attach(id, actor.clone()) {
+                Some(kept) => {
+                    if kept.get_id() != actor.get_id() {
+                        actor.stop(None);
+                    }
+                    Ok(WorkspaceRef { actor: kept, own: false })
+                }
+                // The conversation was closed meanwhile: this request
+                // keeps the folder to itself.
+                None => Ok(WorkspaceRef { actor, own: true }),
+            }
+        }
+        None => {
+            let (actor, _) = Actor::spawn_linked(None, WorkspaceActor, workspace, myself.get_cell())
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(WorkspaceRef { actor, own: true })
+        }
+    }
+}
+
 /// Builds what the loop needs from the request, the registry and the model.
-fn prepare_state(args: LoopArgs) -> LoopState {
-    let LoopArgs { mut request, backend, skills, settings, exec, events } = args;
+async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState {
+    let LoopArgs { mut request, backend, skills, settings, exec, artifacts, conversations, events } = args;
     let capabilities = backend.info().format.capabilities().clone();
     let caller_tools: HashSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
     let mut tools = request.tools.clone();
@@ -189,33 +281,37 @@ fn prepare_state(args: LoopArgs) -> LoopState {
     let mut extra_prompt = None;
     // A workspace for the code tools, shared by all rounds of the request.
     // Skill scripts without code tools get a scratch folder per call instead.
-    let workspace = exec.as_ref().filter(|e| e.code_exec).and_then(|e| {
-        let create = || Workspace::create(&e.workspace_base, e.owner);
-        let opened = match &request.conversation {
-            Some(id) => e.conversations.open(id, create),
-            None => create().map(Arc::new),
-        };
-        opened
-            .map_err(
-                |err| tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
-            )
-            .ok()
-    });
-    let code_tools = capabilities.tools && workspace.is_some() && exec.as_ref().is_some_and(|e| e.code_exec);
+    let mut workspace = None;
+    if let Some(e) = exec.as_ref().filter(|e| e.code_exec && capabilities.tools) {
+        match open_workspace(myself, e, &conversations, request.conversation.as_deref()).await {
+            Ok(opened) => workspace = Some(opened),
+            Err(err) => tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
+        }
+    }
+    let mut sandbox = None;
+    if let Some(e) = &exec {
+        match Actor::spawn_linked(None, SandboxActor, Arc::clone(&e.settings), myself.get_cell()).await {
+            Ok((actor, _)) => sandbox = Some(actor),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot start the request's sandbox actor; commands are off for it")
+            }
+        }
+    }
+    let code_tools = workspace.is_some();
     if code_tools {
         // The operator's code temperature replaces only a temperature the
         // request left at the default; an explicit client value wins.
         if let (Some(temperature), false) = (settings.code_temperature, request.temperature_set) {
             request.sampling.temperature = temperature;
         }
-        for declaration in workspace::declarations() {
+        for declaration in tools::code_declarations() {
             if caller_tools.contains(&declaration.name) {
                 tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a code tool; the caller's wins");
                 continue;
             }
             tools.push(declaration);
         }
-        extra_prompt = Some(workspace::CODE_PROMPT.to_string());
+        extra_prompt = Some(tools::CODE_PROMPT.to_string());
     }
     if let Some(snapshot) = skills {
         let options = PromptOptions {
@@ -228,7 +324,7 @@ fn prepare_state(args: LoopArgs) -> LoopState {
         let block = prompt::plan(&request.skills, &snapshot, &options);
         base_messages = prompt::apply(&request.messages, &block);
         if capabilities.tools && !block.reachable.is_empty() {
-            for declaration in tools::declarations(settings.allow_exec, &block.reachable) {
+            for declaration in skill_tools::declarations(settings.allow_exec, &block.reachable) {
                 // The caller's own tool of the same name wins: it has an
                 // implementation and an expectation we must not shadow.
                 if caller_tools.contains(&declaration.name) {
@@ -268,9 +364,12 @@ fn prepare_state(args: LoopArgs) -> LoopState {
         n_prompt: 0,
         exec,
         workspace,
+        sandbox,
+        artifacts,
         code_tools,
-        shell_memory: ShellMemory::default(),
         run_id: format!("run-{}", output::new_call_id().trim_start_matches("call_")),
+        pending: None,
+        tools_task: None,
     }
 }
 
@@ -281,11 +380,28 @@ impl Actor for LoopActor {
 
     async fn pre_start(&self, myself: ActorRef<LoopMsg>, args: LoopArgs) -> Result<LoopState, ActorProcessingErr> {
         myself.cast(LoopMsg::Run)?;
-        Ok(prepare_state(args))
+        Ok(prepare_state(&myself, args).await)
     }
 
     async fn post_stop(&self, _myself: ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
         state.relay = None;
+        state.tools_task = None;
+        Ok(())
+    }
+
+    /// Overridden because ractor's default stops the loop when any child
+    /// exits, and a scratch folder's actor ends with every `skills_run`
+    /// call. A child that fails (a bug in a tool) fails only the call it
+    /// was answering, which its caller already sees as a closed reply.
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<LoopMsg>,
+        event: SupervisionEvent,
+        _state: &mut LoopState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = event {
+            tracing::error!(actor = %cell.get_id(), error = %err, "a request's workspace or sandbox actor failed");
+        }
         Ok(())
     }
 
@@ -298,7 +414,7 @@ impl Actor for LoopActor {
         match msg {
             LoopMsg::Run => {
                 if let Err(err) = start_round(&myself, state).await {
-                    state.end(ChatEvent::Failed(err));
+                    state.end(ChatEvent::Failed(err)).await;
                     myself.stop(None);
                 }
             }
@@ -313,18 +429,30 @@ impl Actor for LoopActor {
                 }
             }
             LoopMsg::Generated(GenerationEvent::Finished { reason, timings }) => {
-                if finish_round(state, reason, timings).await {
+                match finish_round(state, reason, timings).await {
+                    Next::Tools => start_tools(&myself, state),
+                    Next::Done => myself.stop(None),
+                }
+            }
+            LoopMsg::Generated(GenerationEvent::Failed(err)) => {
+                state.end(ChatEvent::Failed(chat_error(err))).await;
+                myself.stop(None);
+            }
+            LoopMsg::EngineGone => {
+                state.end(ChatEvent::Failed(chat_error(EngineError::Stopped))).await;
+                myself.stop(None);
+            }
+            LoopMsg::ToolsAnswered(answers) => {
+                state.tools_task = None;
+                if tools_answered(state, answers).await {
                     let _ = myself.cast(LoopMsg::Run);
                 } else {
                     myself.stop(None);
                 }
             }
-            LoopMsg::Generated(GenerationEvent::Failed(err)) => {
-                state.end(ChatEvent::Failed(chat_error(err)));
-                myself.stop(None);
-            }
-            LoopMsg::EngineGone => {
-                state.end(ChatEvent::Failed(chat_error(EngineError::Stopped)));
+            LoopMsg::ToolsFailed(err) => {
+                state.tools_task = None;
+                state.end(ChatEvent::Failed(err)).await;
                 myself.stop(None);
             }
         }
@@ -452,8 +580,16 @@ fn shrink_last_results(state: &mut LoopState, n_prompt: usize, n_ctx: usize) -> 
 /// How a tool result that did not fit the context begins.
 const TOO_LONG_NOTE: &str = "[Result left out: too long for the context.]";
 
-/// Ends a round. Returns true when another round should run.
-async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timings) -> bool {
+/// What follows a finished round.
+enum Next {
+    /// Answer our calls first (`state.pending` holds them).
+    Tools,
+    /// The request is over.
+    Done,
+}
+
+/// Ends a round: reports it, and decides what comes next.
+async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timings) -> Next {
     let end = state.output.finish();
     for diagnostic in &end.diagnostics {
         tracing::info!(%diagnostic, round = state.round, "the model's tool call was not read");
@@ -473,10 +609,6 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     });
     tracing::debug!(round = state.round, prompt = state.n_prompt, cached = timings.cache_n, "round finished");
 
-    let finish = |state: &mut LoopState, finish: ChatFinish| {
-        let rounds = std::mem::take(&mut state.rounds);
-        state.end(ChatEvent::Finished { finish, usage: state.usage, timings, rounds });
-    };
     if state.final_round {
         let separator = if state.content_sent { "\n\n" } else { "" };
         let rounds = state.settings.max_rounds;
@@ -484,30 +616,70 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         // The separator is explicit: the note belongs after this round's text.
         started = true;
         state.emit_content(note, &mut started);
-        finish(state, ChatFinish::Stop);
-        return false;
+        finish(state, ChatFinish::Stop, timings).await;
+        return Next::Done;
     }
 
     let answers_ours = state.skill_tools.is_some() || state.code_tools;
-    let (caller_calls, ours): (Vec<ToolCall>, Vec<ToolCall>) =
+    let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) =
         end.calls.into_iter().partition(|call| state.caller_tools.contains(&call.name) || !answers_ours);
-    if ours.is_empty() && caller_calls.is_empty() {
+    if ours.is_empty() && caller.is_empty() {
         let finish_reason = match reason {
             FinishReason::Stop => ChatFinish::Stop,
             FinishReason::Length => ChatFinish::Length,
         };
-        finish(state, finish_reason);
-        return false;
+        finish(state, finish_reason, timings).await;
+        return Next::Done;
     }
+    state.pending = Some(PendingCalls { ours, caller, timings });
+    Next::Tools
+}
 
-    let answers = answer_calls(state, &ours).await;
-    if !caller_calls.is_empty() {
+/// Sends the request's final event.
+async fn finish(state: &mut LoopState, finish: ChatFinish, timings: Timings) {
+    let rounds = std::mem::take(&mut state.rounds);
+    let usage = state.usage;
+    state.end(ChatEvent::Finished { finish, usage, timings, rounds }).await;
+}
+
+/// Starts answering the pending calls in a task of their own, so the
+/// mailbox stays open (a command can run for minutes).
+fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
+    let Some(pending) = &state.pending else { return };
+    let runner = ToolRunner {
+        events: state.events.clone(),
+        offered: state.tools.iter().map(|t| t.name.clone()).collect(),
+        code_tools: state.code_tools,
+        skill_tools: state.skill_tools.clone(),
+        workspace: state.workspace.as_ref().map(|w| w.actor.clone()),
+        sandbox: state.sandbox.clone(),
+        artifacts: state.artifacts.clone().map(|store| ArtifactsFor { store, run_id: state.run_id.clone() }),
+        exec: state.exec.clone(),
+        parent: myself.get_cell(),
+        round: state.round,
+        run_id: state.run_id.clone(),
+    };
+    let calls = pending.ours.clone();
+    let reply_to = myself.clone();
+    state.tools_task = Some(AbortOnDrop::new(tokio::spawn(async move {
+        let message = match runner.answer_all(&calls).await {
+            Ok(answers) => LoopMsg::ToolsAnswered(answers),
+            Err(err) => LoopMsg::ToolsFailed(err),
+        };
+        let _ = reply_to.cast(message);
+    })));
+}
+
+/// Takes the answers to a round's calls into the history. Returns true when
+/// another round should run.
+async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
+    let Some(PendingCalls { ours, caller, timings }) = state.pending.take() else { return false };
+    if !caller.is_empty() {
         // The caller's tools run on the caller's side: the loop ends here.
-        state.emit(ChatEvent::ToolCalls(caller_calls));
-        finish(state, ChatFinish::ToolCalls);
+        state.emit(ChatEvent::ToolCalls(caller));
+        finish(state, ChatFinish::ToolCalls, timings).await;
         return false;
     }
-
     let mut turn = ChatMessage::new(Role::Assistant, String::new());
     turn.raw = Some(state.output.raw().to_string());
     turn.tool_calls = ours.clone();
@@ -532,8 +704,6 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     true
 }
 
-/// Answers our calls (at most [`MAX_SKILL_CALLS_PER_ROUND`] per round) and
-/// reports each one; filesystem work runs on blocking threads.
 /// Whether two calls' arguments are the same JSON (or the same text when
 /// either is not JSON).
 fn same_arguments(a: &str, b: &str) -> bool {
@@ -543,209 +713,202 @@ fn same_arguments(a: &str, b: &str) -> bool {
     }
 }
 
-async fn answer_calls(state: &mut LoopState, calls: &[ToolCall]) -> Vec<String> {
-    let offered: Vec<String> = state.tools.iter().map(|t| t.name.clone()).collect();
-    let mut texts = Vec::with_capacity(calls.len());
-    for (index, call) in calls.iter().enumerate() {
-        // Small models often repeat a call word for word in one turn. Running
-        // it again would repeat a side effect, and repeating a file read can
-        // overflow the context on its own.
-        let repeat_of = calls[..index]
-            .iter()
-            .position(|earlier| earlier.name == call.name && same_arguments(&earlier.arguments, &call.arguments));
-        let outcome = if index >= MAX_SKILL_CALLS_PER_ROUND {
-            tools::Outcome {
-                text: format!(
+/// Everything answering one round's calls needs, owned, for its task.
+struct ToolRunner {
+    events: mpsc::UnboundedSender<ChatEvent>,
+    /// Names of every tool offered this request.
+    offered: Vec<String>,
+    code_tools: bool,
+    skill_tools: Option<ToolContext>,
+    workspace: Option<ActorRef<WorkspaceMsg>>,
+    sandbox: Option<ActorRef<SandboxMsg>>,
+    artifacts: Option<ArtifactsFor>,
+    exec: Option<Arc<ExecRuntime>>,
+    /// The loop, which scratch folders are linked to.
+    parent: ActorCell,
+    round: u32,
+    run_id: String,
+}
+
+impl ToolRunner {
+    fn emit(&self, event: ChatEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn progress(&self, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::artifacts::Artifact>) {
+        let detail: String = detail.chars().take(120).collect();
+        self.emit(ChatEvent::ToolProgress(ToolProgress {
+            phase,
+            tool: tool.to_string(),
+            detail,
+            run_id: self.run_id.clone(),
+            files,
+            round: self.round,
+        }));
+    }
+
+    /// Answers our calls in order, at most [`MAX_SKILL_CALLS_PER_ROUND`],
+    /// and reports each one. A call repeated word for word is answered once.
+    async fn answer_all(&self, calls: &[ToolCall]) -> Result<Vec<String>, ChatError> {
+        let mut texts = Vec::with_capacity(calls.len());
+        for (index, call) in calls.iter().enumerate() {
+            // Small models often repeat a call word for word in one turn.
+            // Running it again would repeat a side effect, and repeating a
+            // file read can overflow the context on its own.
+            let repeat_of = calls[..index]
+                .iter()
+                .position(|earlier| earlier.name == call.name && same_arguments(&earlier.arguments, &call.arguments));
+            let tool = Tool::from_name(&call.name);
+            let answer = if index >= MAX_SKILL_CALLS_PER_ROUND {
+                Answer::failed(format!(
                     "Not run: only {MAX_SKILL_CALLS_PER_ROUND} tool calls are answered per round. Ask again in your next turn if you still need it."
-                ),
-                ok: false,
-                skill: None,
-                detail: None,
-            }
-        } else if let Some(earlier) = repeat_of {
-            tools::Outcome {
-                text: format!(
+                ))
+            } else if let Some(earlier) = repeat_of {
+                Answer::done(format!(
                     "Not run again: this call is identical to call {} of this turn; its result above applies.",
                     earlier + 1
-                ),
-                ok: true,
-                skill: None,
-                detail: None,
-            }
-        } else if state.code_tools && workspace::is_code_tool(&call.name) {
-            answer_code_call(state, call).await
-        } else if call.name == tools::SKILLS_RUN && state.skill_tools.is_some() {
-            answer_script_call(state, call).await
-        } else if tools::is_skill_tool(&call.name) && state.skill_tools.is_some() {
-            let context = state.skill_tools.clone();
-            let call = call.clone();
-            tokio::task::spawn_blocking(move || context.map(|c| tools::execute(&c, &call)))
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| tools::Outcome {
-                    text: "The tool failed unexpectedly.".into(),
-                    ok: false,
-                    skill: None,
-                    detail: None,
-                })
-        } else {
-            tools::Outcome {
-                text: format!(
-                    "There is no tool called '{}'. The tools you have are: {}.",
-                    call.name,
-                    offered.join(", ")
-                ),
-                ok: false,
-                skill: None,
-                detail: None,
-            }
-        };
-        tracing::info!(tool = %call.name, skill = ?outcome.skill, detail = ?outcome.detail, ok = outcome.ok, round = state.round, "tool answered");
-        if tools::is_skill_tool(&call.name) && repeat_of.is_none() {
-            state.emit(ChatEvent::SkillStep(SkillStep {
-                agent_id: ROOT_AGENT.into(),
-                tool: call.name.clone(),
-                skill: outcome.skill,
-                detail: outcome.detail,
-                ok: outcome.ok,
-                round: state.round,
-            }));
-        }
-        texts.push(outcome.text);
-    }
-    texts
-}
-
-fn call_arguments(call: &ToolCall) -> serde_json::Map<String, serde_json::Value> {
-    let mut value: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
-    if let serde_json::Value::String(text) = &value {
-        value = serde_json::from_str(text).unwrap_or_default();
-    }
-    value.as_object().cloned().unwrap_or_default()
-}
-
-fn progress(state: &LoopState, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::artifacts::Artifact>) {
-    let detail: String = detail.chars().take(120).collect();
-    state.emit(ChatEvent::ToolProgress(ToolProgress {
-        phase,
-        tool: tool.to_string(),
-        detail,
-        run_id: state.run_id.clone(),
-        files,
-        round: state.round,
-    }));
-}
-
-/// Copies what changed in the workspace since `since` into the artifacts.
-async fn collect_artifacts(
-    state: &LoopState,
-    root: &std::path::Path,
-    since: std::time::SystemTime,
-) -> Vec<crate::artifacts::Artifact> {
-    let Some(exec) = &state.exec else { return Vec::new() };
-    let store = exec.artifacts.clone();
-    let run_id = state.run_id.clone();
-    let root = root.to_path_buf();
-    tokio::task::spawn_blocking(move || store.collect(&run_id, &root, since)).await.unwrap_or_default()
-}
-
-async fn answer_code_call(state: &mut LoopState, call: &ToolCall) -> tools::Outcome {
-    let Some(root) = state.workspace.as_ref().map(|w| w.root().to_path_buf()) else {
-        return tools::Outcome {
-            text: "There is no working folder for this request.".into(),
-            ok: false,
-            skill: None,
-            detail: None,
-        };
-    };
-    let args = call_arguments(call);
-    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
-    let name = call.name.as_str();
-    let (text, ok) = if name == workspace::SHELL {
-        let Some(exec) = state.exec.clone() else {
-            return tools::Outcome {
-                text: "Commands cannot run on this server.".into(),
-                ok: false,
-                skill: None,
-                detail: None,
+                ))
+            } else {
+                match self.answer(tool, call).await {
+                    Ok(answer) => answer,
+                    Err(ToolError::Model(text)) => Answer::failed(text),
+                    Err(ToolError::Fatal(message)) => return Err(ChatError::Engine(message)),
+                }
             };
-        };
-        let command = args.get("command").and_then(|v| v.as_str()).unwrap_or_default().to_string();
-        let timeout =
-            args.get("timeout_ms").and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())));
-        progress(state, ToolPhase::Running, name, &command, Vec::new());
-        let outcome = shell(&exec.settings, &root, &mut state.shell_memory, &command, timeout).await;
-        (outcome.text, outcome.ok)
-    } else {
-        let path = args.get("path").and_then(|v| v.as_str()).unwrap_or_default().to_string();
-        if name != workspace::READ_FILE {
-            progress(state, ToolPhase::Writing, name, &path, Vec::new());
-        }
-        let tool = name.to_string();
-        let work_root = root.clone();
-        let outcome = tokio::task::spawn_blocking(move || match tool.as_str() {
-            workspace::READ_FILE => files::read_file(&work_root, &args),
-            workspace::WRITE_FILE => files::write_file(&work_root, &args),
-            workspace::APPLY_PATCH => files::apply_patch(&work_root, &args),
-            _ => files::edit_file(&work_root, &args),
-        })
-        .await
-        .unwrap_or_else(|_| files::FileOutcome {
-            text: "The tool failed unexpectedly.".into(),
-            ok: false,
-            written: Vec::new(),
-        });
-        if let Some(workspace) = &state.workspace {
-            for written in &outcome.written {
-                workspace.hand_over(&root.join(written));
+            tracing::info!(tool = %call.name, skill = ?answer.skill, detail = ?answer.detail, ok = answer.ok, round = self.round, "tool answered");
+            let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));
+            if is_skill_tool && repeat_of.is_none() && index < MAX_SKILL_CALLS_PER_ROUND {
+                self.emit(ChatEvent::SkillStep(SkillStep {
+                    agent_id: ROOT_AGENT.into(),
+                    tool: call.name.clone(),
+                    skill: answer.skill.clone(),
+                    detail: answer.detail.clone(),
+                    ok: answer.ok,
+                    round: self.round,
+                }));
             }
+            texts.push(answer.text);
         }
-        if !outcome.written.is_empty() {
-            // The files changed, so a rerun of the failing command is a new try.
-            state.shell_memory.forget();
-        }
-        if name == workspace::READ_FILE {
-            return tools::Outcome { text: outcome.text, ok: outcome.ok, skill: None, detail: None };
-        }
-        (outcome.text, outcome.ok)
-    };
-    let produced = collect_artifacts(state, &root, since).await;
-    progress(state, ToolPhase::Finished, name, "", produced);
-    tools::Outcome { text, ok, skill: None, detail: None }
-}
+        Ok(texts)
+    }
 
-async fn answer_script_call(state: &mut LoopState, call: &ToolCall) -> tools::Outcome {
-    let Some(context) = state.skill_tools.clone() else {
-        return tools::Outcome { text: "No skills are available.".into(), ok: false, skill: None, detail: None };
-    };
-    let script = match tools::prepare_run(&context, call) {
-        Ok(script) => script,
-        Err(outcome) => return outcome,
-    };
-    let refused = |text: &str| tools::Outcome { text: text.into(), ok: false, skill: None, detail: None };
-    let Some(exec) = state.exec.clone() else { return refused("Scripts cannot run on this server.") };
-    // With code tools the script works in the request's workspace, so the
-    // model can use what it writes; otherwise in a scratch folder that is
-    // deleted (on drop) when this call ends.
-    let scratch = match &state.workspace {
-        Some(_) => None,
-        None => match Workspace::create(&exec.workspace_base, exec.owner) {
-            Ok(scratch) => Some(Arc::new(scratch)),
-            Err(err) => {
-                tracing::error!(error = %err, "cannot create a scratch folder for a skill script");
-                return refused("The script did not run: the server cannot create a working folder for it.");
+    /// Answers one call to a tool of ours.
+    async fn answer(&self, tool: Option<Tool>, call: &ToolCall) -> Result<Answer, ToolError> {
+        let no_such_tool = || {
+            ToolError::Model(format!(
+                "There is no tool called '{}'. The tools you have are: {}.",
+                call.name,
+                self.offered.join(", ")
+            ))
+        };
+        let Some(tool) = tool else { return Err(no_such_tool()) };
+        match tool {
+            Tool::ReadFile | Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell => {
+                let Some(workspace) = self.workspace.as_ref().filter(|_| self.code_tools) else {
+                    return Err(no_such_tool());
+                };
+                let args = tools::args::arguments(call);
+                let detail = match tool {
+                    Tool::Shell => tools::args::text(&args, &["command", "cmd"]).unwrap_or_default(),
+                    _ => tools::args::path(&args).unwrap_or_default(),
+                };
+                match tool {
+                    Tool::ReadFile => {}
+                    Tool::Shell => self.progress(ToolPhase::Running, &call.name, &detail, Vec::new()),
+                    _ => self.progress(ToolPhase::Writing, &call.name, &detail, Vec::new()),
+                }
+                let result = workspace_actor::call(
+                    workspace,
+                    CodeCall::Tool { tool, args },
+                    self.sandbox.clone(),
+                    self.artifacts.clone(),
+                )
+                .await;
+                if tool != Tool::ReadFile {
+                    let produced = result.as_ref().map(|a| a.produced.clone()).unwrap_or_default();
+                    self.progress(ToolPhase::Finished, &call.name, "", produced);
+                }
+                result
             }
-        },
-    };
-    let Some(root) = scratch.as_ref().or(state.workspace.as_ref()).map(|w| w.root().to_path_buf()) else {
-        return refused("Scripts cannot run on this server.");
-    };
-    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
-    progress(state, ToolPhase::Running, tools::SKILLS_RUN, &script.path, Vec::new());
-    let ran = run_script(&exec.settings, &script.skill.root, &script.path, &script.args, &root).await;
-    let produced = collect_artifacts(state, &root, since).await;
-    drop(scratch);
-    progress(state, ToolPhase::Finished, tools::SKILLS_RUN, &script.path, produced);
-    tools::Outcome { text: ran.text, ok: ran.ok, skill: Some(script.skill.id().to_string()), detail: Some(script.path) }
+            Tool::SkillsRun => self.run_script(call).await,
+            Tool::SkillsList | Tool::SkillsRead => {
+                let Some(context) = self.skill_tools.clone() else { return Err(no_such_tool()) };
+                let call = call.clone();
+                let outcome = tokio::task::spawn_blocking(move || skill_tools::execute(&context, &call))
+                    .await
+                    .map_err(|_| ToolError::Model("The tool failed unexpectedly.".into()))?;
+                Ok(Answer {
+                    text: outcome.text,
+                    ok: outcome.ok,
+                    skill: outcome.skill,
+                    detail: outcome.detail,
+                    ..Answer::default()
+                })
+            }
+        }
+    }
+
+    /// `skills_run`: in the request's workspace with the code tools on, so
+    /// the model can use what the script writes; otherwise in a scratch
+    /// folder of its own, deleted when the call ends.
+    async fn run_script(&self, call: &ToolCall) -> Result<Answer, ToolError> {
+        let Some(context) = self.skill_tools.clone() else {
+            return Err(ToolError::Model(format!(
+                "There is no tool called '{}'. The tools you have are: {}.",
+                call.name,
+                self.offered.join(", ")
+            )));
+        };
+        let script = match skill_tools::prepare_run(&context, call) {
+            Ok(script) => script,
+            Err(outcome) => {
+                return Ok(Answer {
+                    text: outcome.text,
+                    ok: false,
+                    skill: outcome.skill,
+                    detail: outcome.detail,
+                    ..Answer::default()
+                })
+            }
+        };
+        let Some(exec) = &self.exec else {
+            return Err(ToolError::Model("Scripts cannot run on this server.".into()));
+        };
+        let (workspace, scratch) = match &self.workspace {
+            Some(workspace) => (workspace.clone(), false),
+            None => {
+                let base = exec.workspace_base.clone();
+                let options = exec.workspaces.clone();
+                let created = tokio::task::spawn_blocking(move || Workspace::create(&base, &options)).await;
+                let Ok(Ok(folder)) = created else {
+                    tracing::error!("cannot create a scratch folder for a skill script");
+                    return Err(ToolError::Model(
+                        "The script did not run: the server cannot create a working folder for it.".into(),
+                    ));
+                };
+                let spawned = Actor::spawn_linked(None, WorkspaceActor, folder, self.parent.clone()).await;
+                let Ok((actor, _)) = spawned else {
+                    return Err(ToolError::Model("The script did not run: its working folder did not open.".into()));
+                };
+                (actor, true)
+            }
+        };
+        self.progress(ToolPhase::Running, &call.name, &script.path, Vec::new());
+        let skill = script.skill.id().to_string();
+        let path = script.path.clone();
+        let result =
+            workspace_actor::call(&workspace, CodeCall::Script(script), self.sandbox.clone(), self.artifacts.clone())
+                .await;
+        if scratch {
+            let _ = workspace.stop_and_wait(None, Some(WORKSPACE_STOP_TIMEOUT)).await;
+        }
+        let produced = result.as_ref().map(|a| a.produced.clone()).unwrap_or_default();
+        self.progress(ToolPhase::Finished, &call.name, &path, produced);
+        result.map(|answer| Answer { skill: Some(skill), detail: Some(path), ..answer }).map_err(|err| match err {
+            // A scratch folder belongs to this call alone; losing it is the
+            // call's failure, not the request's.
+            ToolError::Fatal(message) if scratch => ToolError::Model(format!("The script did not run: {message}.")),
+            other => other,
+        })
+    }
 }

@@ -16,23 +16,26 @@ pub struct Check {
 }
 
 /// The probes: (promise, command, whether success means the promise holds).
-const PROBES: [(&str, &str, bool); 6] = [
+const PROBES: [(&str, &str, bool); 7] = [
     ("commands start inside the sandbox", "true", true),
     ("commands do not run as root", "test \"$(id -u)\" != 0", true),
     ("/etc/shadow is unreadable", "cat /etc/shadow", false),
     ("the server user's home is out of reach", "ls /root", false),
     ("/proc/sys is read-only", "echo x > /proc/sys/kernel/hostname", false),
     ("the network is off", "exec 3<>/dev/tcp/127.0.0.1/1", false),
+    // `ls` holds 0-2 and the folder it lists; a fifth entry is a leak.
+    ("no descriptor but 0-2 reaches a command", "test \"$(ls /proc/self/fd | wc -l)\" -le 4", true),
 ];
 
-/// Runs every probe in `scratch` (a folder the sandbox user may write).
-pub async fn checks(launcher: &Launcher, scratch: &Path) -> Vec<Check> {
+/// Runs every probe in `scratch` (a folder `owner` may write).
+pub async fn checks(launcher: &Launcher, scratch: &Path, owner: Option<(u32, u32)>) -> Vec<Check> {
     let mut out = Vec::new();
     for (what, script, success_keeps) in PROBES {
         let command = ["/bin/bash".to_string(), "-c".to_string(), script.to_string()];
         let run = Run {
             profile: "code-exec",
             workspace: scratch,
+            owner,
             skill: None,
             network: false,
             unconfined: false,

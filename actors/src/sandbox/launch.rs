@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
+use super::cgroups::{Cgroups, CommandGroup};
+use std::sync::Arc;
+
 /// Bytes of stdout and of stderr kept per command.
 pub const OUTPUT_CAP_BYTES: usize = 32 * 1024;
 /// Environment variables passed from the server to a command.
@@ -31,13 +34,13 @@ pub enum SandboxMode {
 }
 
 /// How to reach the helper.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Launcher {
     /// The `skillhost` binary.
     pub helper: PathBuf,
     pub profile_dir: PathBuf,
-    /// Who commands run as when the server is root.
-    pub user: String,
+    /// A control group per command, where the host allows them.
+    pub cgroups: Option<Arc<Cgroups>>,
 }
 
 /// One command to run.
@@ -45,6 +48,9 @@ pub struct Launcher {
 pub struct Run<'a> {
     pub profile: &'a str,
     pub workspace: &'a Path,
+    /// The uid and gid the command runs as when the server is root: the
+    /// workspace's own, so no two live workspaces share one.
+    pub owner: Option<(u32, u32)>,
     pub skill: Option<&'a Path>,
     pub network: bool,
     pub unconfined: bool,
@@ -62,6 +68,8 @@ pub struct Ran {
     /// Output past [`OUTPUT_CAP_BYTES`] was dropped.
     pub truncated: bool,
     pub timed_out: bool,
+    /// The command's control group ran out of memory.
+    pub out_of_memory: bool,
 }
 
 /// Kills a whole process group when dropped (a cancelled request drops it).
@@ -97,6 +105,10 @@ impl Launcher {
     /// command; `run-sandboxed` uses the same so operators see exactly what
     /// the tools do.
     pub fn command(&self, run: &Run<'_>) -> std::process::Command {
+        self.command_in(run, None)
+    }
+
+    fn command_in(&self, run: &Run<'_>, group: Option<&CommandGroup>) -> std::process::Command {
         use std::os::unix::process::CommandExt;
         let mut command = std::process::Command::new(&self.helper);
         command
@@ -106,9 +118,10 @@ impl Launcher {
             .arg("--profile")
             .arg(run.profile)
             .arg("--workspace")
-            .arg(run.workspace)
-            .arg("--user")
-            .arg(&self.user);
+            .arg(run.workspace);
+        if let Some((uid, gid)) = run.owner {
+            command.arg("--uid").arg(uid.to_string()).arg("--gid").arg(gid.to_string());
+        }
         if let Some(skill) = run.skill {
             command.arg("--skill").arg(skill);
         }
@@ -117,6 +130,9 @@ impl Launcher {
         }
         if run.unconfined {
             command.arg("--unconfined");
+        }
+        for dir in group.map(CommandGroup::dirs).unwrap_or_default() {
+            command.arg("--cgroup").arg(dir);
         }
         command.arg("--").args(run.command);
         // Nothing of the server's environment reaches a command but these.
@@ -129,13 +145,32 @@ impl Launcher {
         if std::env::var_os("PATH").is_none() {
             command.env("PATH", DEFAULT_PATH);
         }
-        command.current_dir(run.workspace).process_group(0).stdin(Stdio::null());
+        // The helper enters the workspace itself, through a descriptor opened
+        // without following links; it starts from a folder nothing can shape.
+        command.current_dir("/").process_group(0).stdin(Stdio::null());
         command
     }
 
     /// Runs one command through the helper.
     pub async fn run(&self, run: &Run<'_>) -> Result<Ran, String> {
-        let mut command = tokio::process::Command::from(self.command(run));
+        let group = match &self.cgroups {
+            Some(cgroups) => {
+                Some(cgroups.create().map_err(|err| format!("cannot create the command's control group: {err}"))?)
+            }
+            None => None,
+        };
+        let result = self.run_in(run, group.as_ref()).await;
+        let out_of_memory = group.as_ref().is_some_and(CommandGroup::hit_memory_limit);
+        // Removing the group kills what is left in it and waits for the
+        // kernel to reap it: a short blocking wait, off the async threads.
+        if let Some(group) = group {
+            let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+        }
+        result.map(|ran| Ran { out_of_memory, ..ran })
+    }
+
+    async fn run_in(&self, run: &Run<'_>, group: Option<&CommandGroup>) -> Result<Ran, String> {
+        let mut command = tokio::process::Command::from(self.command_in(run, group));
         command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
         let guard = GroupGuard(child.id().map(|id| id as i32));
@@ -161,6 +196,7 @@ impl Launcher {
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
             truncated: out_cut || err_cut,
             timed_out,
+            out_of_memory: false,
         })
     }
 }

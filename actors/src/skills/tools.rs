@@ -380,7 +380,7 @@ fn execution_guidance(skill: &Skill) -> Option<String> {
     let script = skill
         .files
         .iter()
-        .find(|f| f.kind == FileKind::Script && f.text && crate::sandbox::tools::interpreter(&f.path).is_some())?;
+        .find(|f| f.kind == FileKind::Script && f.text && crate::tools::shell::interpreter(&f.path).is_some())?;
     Some(format!(
         "\n[skillhost execution guidance; not part of SKILL.md]\nRun this skill's scripts with skills_run, which finds the skill's folder itself; ignore install paths written for other agents. For example: skills_run(skill=\"{}\", path=\"{}\", args=[\"…\"])",
         skill.id(),

@@ -23,9 +23,10 @@
 //! its guess by seeing what is there.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
+use super::handle::{DirHandle, FsError, Kind};
 use crate::skills::path_guard;
+use crate::tools::FILE_TOOL_MAX_BYTES;
 
 /// Lines of real file content shown around a failed match.
 const MISS_CONTEXT_LINES: usize = 6;
@@ -361,45 +362,62 @@ pub struct Applied {
 }
 
 enum Planned {
-    Write { path: PathBuf, text: String },
-    Remove { path: PathBuf },
+    Write { path: String, text: String },
+    Remove { path: String },
 }
 
-/// Applies a patch to the files under `root`, all or nothing.
-pub fn apply(root: &Path, patch: &str) -> Result<Applied, PatchError> {
+/// Applies a patch to the files beneath `dir`, all or nothing. Every path
+/// goes through the handle: a link anywhere is refused, never followed.
+pub fn apply(dir: &DirHandle, patch: &str) -> Result<Applied, PatchError> {
     let changes = parse(patch)?;
-    let guard = |path: &str| -> Result<PathBuf, PatchError> {
-        path_guard::path_for_create(root, path).map_err(|err| error(format!("apply_patch changed nothing: {err}.")))
+    let refused = |err: FsError| error(format!("apply_patch changed nothing: {err}."));
+    // The normalized spelling (`a//b/./c` is `a/b/c`), so two spellings of
+    // one file are one key.
+    let key = |path: &str| -> Result<String, PatchError> {
+        path_guard::check_lexical(path)
+            .map(|segments| segments.join("/"))
+            .map_err(|err| error(format!("apply_patch changed nothing: {err}.")))
+    };
+    let on_disk = |path: &str| -> Result<bool, PatchError> {
+        match dir.kind(path).map_err(refused)? {
+            None => Ok(false),
+            Some(Kind::File { .. }) => Ok(true),
+            Some(Kind::Link) => Err(refused(FsError::Link { path: path.to_string(), link: path.to_string() })),
+            Some(Kind::Folder) => Err(error(format!("apply_patch changed nothing: '{path}' is a folder."))),
+            Some(Kind::Other) => Err(refused(FsError::NotAFile {
+                path: path.to_string(),
+                what: "a special file (a pipe, socket or device)",
+            })),
+        }
     };
     let read = |path: &str| -> Result<String, PatchError> {
-        use std::io::Read;
-        let mut opened = path_guard::open_file(root, path).map_err(|err| match err {
-            path_guard::PathError::NotFound { .. } => error(format!(
+        let bytes = dir.read(path, FILE_TOOL_MAX_BYTES).map_err(|err| match err {
+            FsError::NotFound { .. } => error(format!(
                 "apply_patch changed nothing: '{path}' does not exist. Create it with '*** Add File: {path}'."
             )),
-            other => error(format!("apply_patch changed nothing: {other}.")),
+            FsError::TooLarge { bytes, cap, .. } => error(format!(
+                "apply_patch changed nothing: '{path}' is {bytes} bytes, more than the {cap} bytes apply_patch loads. Change it with shell commands (sed, a script) instead."
+            )),
+            other => refused(other),
         })?;
-        let mut text = String::new();
-        opened
-            .file
-            .read_to_string(&mut text)
-            .map_err(|_| error(format!("apply_patch changed nothing: '{path}' is not UTF-8 text.")))?;
-        Ok(text)
+        String::from_utf8(bytes).map_err(|_| error(format!("apply_patch changed nothing: '{path}' is not UTF-8 text.")))
     };
     // The state of every touched path after the patch, computed in memory.
-    let mut state: BTreeMap<PathBuf, Option<String>> = BTreeMap::new();
+    let mut state: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut plan: Vec<Planned> = Vec::new();
     let mut report = String::from("Applied the patch:\n");
     let mut written = Vec::new();
-    let exists = |state: &BTreeMap<PathBuf, Option<String>>, target: &Path| match state.get(target) {
-        Some(content) => content.is_some(),
-        None => target.exists(),
+    let exists = |state: &BTreeMap<String, Option<String>>, target: &str| -> Result<bool, PatchError> {
+        match state.get(target) {
+            Some(content) => Ok(content.is_some()),
+            None => on_disk(target),
+        }
     };
     for change in &changes {
         match change {
             FileChange::Add { path, content } => {
-                let target = guard(path)?;
-                if exists(&state, &target) {
+                let target = key(path)?;
+                if exists(&state, &target)? {
                     return Err(error(format!(
                         "apply_patch changed nothing: '{path}' already exists. Change it with '*** Update File: {path}'."
                     )));
@@ -410,21 +428,18 @@ pub fn apply(root: &Path, patch: &str) -> Result<Applied, PatchError> {
                 written.push(path.clone());
             }
             FileChange::Delete { path } => {
-                let target = guard(path)?;
-                if !exists(&state, &target) {
+                let target = key(path)?;
+                if !exists(&state, &target)? {
                     return Err(error(format!(
                         "apply_patch changed nothing: '{path}' does not exist, so it cannot be deleted."
                     )));
-                }
-                if !state.contains_key(&target) {
-                    read(path)?;
                 }
                 state.insert(target.clone(), None);
                 plan.push(Planned::Remove { path: target });
                 report.push_str(&format!("  deleted {path}\n"));
             }
             FileChange::Update { path, move_to, chunks } => {
-                let target = guard(path)?;
+                let target = key(path)?;
                 let original = match state.get(&target) {
                     Some(Some(text)) => text.clone(),
                     Some(None) => {
@@ -432,13 +447,13 @@ pub fn apply(root: &Path, patch: &str) -> Result<Applied, PatchError> {
                             "apply_patch changed nothing: '{path}' was deleted earlier in this patch."
                         )))
                     }
-                    None => read(path)?,
+                    None => read(&target)?,
                 };
                 let updated = apply_chunks(path, &original, chunks)?;
                 let destination = match move_to {
                     Some(to) => {
-                        let moved = guard(to)?;
-                        if moved != target && exists(&state, &moved) {
+                        let moved = key(to)?;
+                        if moved != target && exists(&state, &moved)? {
                             return Err(error(format!(
                                 "apply_patch changed nothing: '{path}' cannot move to '{to}', which already exists."
                             )));
@@ -471,48 +486,38 @@ pub fn apply(root: &Path, patch: &str) -> Result<Applied, PatchError> {
             }
         }
     }
-    commit(plan)?;
+    commit(dir, plan)?;
     report.push_str("The files now hold these changes; there is no need to read them back.\n");
     Ok(Applied { report, written })
 }
 
-/// Writes the planned changes. Every new content goes to a temporary file
-/// first; only when all are staged are they renamed into place, so a failure
-/// while writing leaves the originals.
-fn commit(plan: Vec<Planned>) -> Result<(), PatchError> {
-    let io = |err: std::io::Error| {
-        error(format!("apply_patch changed nothing: the workspace could not be written ({err})."))
-    };
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+/// Writes the planned changes. Every new content is staged under a random
+/// name beside its target first; only when all are staged are removals and
+/// renames done, so a failure while writing leaves the originals. A staged
+/// file that is not committed removes itself.
+fn commit(dir: &DirHandle, plan: Vec<Planned>) -> Result<(), PatchError> {
+    let io = |err: FsError| error(format!("apply_patch changed nothing: the workspace could not be written ({err})."));
+    let mut staged = Vec::new();
+    let mut targets = Vec::new();
     for step in &plan {
         if let Planned::Write { path, text } = step {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(io)?;
-            }
-            let temp = path.with_file_name(format!(
-                ".{}.patch-{}",
-                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                staged.len()
-            ));
-            if let Err(err) = std::fs::write(&temp, text) {
-                for (temp, _) in &staged {
-                    let _ = std::fs::remove_file(temp);
-                }
-                return Err(io(err));
-            }
-            staged.push((temp, path.clone()));
+            staged.push(dir.stage(path, text.as_bytes()).map_err(io)?);
+            targets.push(path.clone());
         }
     }
     // Removals first (a move frees its source), then the renames.
     for step in &plan {
         if let Planned::Remove { path } = step {
-            if path.exists() && !staged.iter().any(|(_, target)| target == path) {
-                std::fs::remove_file(path).map_err(io)?;
+            if !targets.contains(path) {
+                match dir.remove_file(path) {
+                    Ok(()) | Err(FsError::NotFound { .. }) => {}
+                    Err(err) => return Err(io(err)),
+                }
             }
         }
     }
-    for (temp, target) in staged {
-        std::fs::rename(&temp, &target).map_err(io)?;
+    for file in staged {
+        dir.commit(file, true).map_err(io)?;
     }
     Ok(())
 }

@@ -1,66 +1,234 @@
-//! Workspaces: the private folder a request's code tools work in, and the
-//! file tools themselves.
+//! Workspaces: the private folders code tools and commands work in, the
+//! one handle the server reaches into them with, and the actor that owns one.
 
+pub mod actor;
 pub mod apply_patch;
 pub mod conversations;
-pub mod files;
-pub mod syntax;
+pub mod handle;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// A private folder, deleted when dropped.
+use rand::distr::{Alphanumeric, SampleString};
+
+use crate::sandbox::uids::{UidLease, UidPool};
+pub use handle::{DirHandle, FsError};
+
+/// Largest a workspace may grow when no other size is configured.
+pub const DEFAULT_WORKSPACE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// How workspaces are made.
+#[derive(Debug, Clone, Default)]
+pub struct WorkspaceOptions {
+    /// A uid per workspace, when the server runs as root.
+    pub uids: Option<Arc<UidPool>>,
+    /// Mount each workspace as a tmpfs of `max_bytes`, so a command that
+    /// fills it gets "no space left" and the host's disk stays untouched.
+    /// Decided at start-up: only root can mount.
+    pub size_cap: Option<u64>,
+}
+
+/// A private folder for one request or conversation, deleted when dropped.
+///
+/// The server reaches inside it only through `handle` (see
+/// [`handle`]); file tools run on a thread of the workspace's own whose
+/// filesystem uid and gid are the workspace's, so even a mistake there
+/// reaches nothing the sandboxed commands could not.
 #[derive(Debug)]
 pub struct Workspace {
-    dir: tempfile::TempDir,
-    /// The sandbox user's uid and gid when the server runs as root: files the
-    /// server writes are handed to it so sandboxed commands can change them.
-    owner: Option<(u32, u32)>,
+    /// Made by the server under its own folder; never shaped by a command.
+    path: PathBuf,
+    worker: worker::Worker,
+    /// A tmpfs is mounted on `path`.
+    mounted: bool,
+    /// The uid the folder and its commands belong to.
+    lease: Option<UidLease>,
 }
 
 impl Workspace {
-    /// Creates a workspace under `base`.
-    pub fn create(base: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Workspace> {
-        std::fs::create_dir_all(base)?;
-        let dir = tempfile::Builder::new().prefix("ws-").tempdir_in(base)?;
-        let workspace = Workspace { dir, owner };
-        workspace.hand_over(workspace.root());
+    /// Creates a workspace under `base` (a folder of the server's own):
+    /// a new name (`mkdir` fails rather than reuse one), mode 0700, owned
+    /// by a fresh uid when the server is root.
+    pub fn create(base: &Path, options: &WorkspaceOptions) -> std::io::Result<Workspace> {
+        use std::os::unix::fs::DirBuilderExt;
+        let lease = match &options.uids {
+            Some(pool) => Some(pool.lease().ok_or_else(|| {
+                std::io::Error::other(format!("every uid of the sandbox range {} is in use", pool.range()))
+            })?),
+            None => None,
+        };
+        let owner = lease.as_ref().map(|l| (l.uid(), l.uid()));
+        let path = base.join(format!("ws-{}", Alphanumeric.sample_string(&mut rand::rng(), 16)));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let mut workspace = Workspace { path, worker: worker::Worker::stopped(), mounted: false, lease };
+        if let Some(bytes) = options.size_cap {
+            mount_tmpfs(&workspace.path, bytes, owner)?;
+            workspace.mounted = true;
+        }
+        let handle = DirHandle::open(&workspace.path)?;
+        if let Some((uid, gid)) = owner {
+            rustix::fs::fchown(
+                handle.fd(),
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )?;
+        }
+        workspace.worker = worker::Worker::start(handle, owner)?;
         Ok(workspace)
     }
 
-    pub fn root(&self) -> &Path {
-        self.dir.path()
+    /// The folder's path, for the sandbox helper (which opens it itself).
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    /// Gives a path the server created (and its folders up to the root) to
-    /// the sandbox user.
-    pub fn hand_over(&self, path: &Path) {
-        let Some((uid, gid)) = self.owner else { return };
-        let mut at: Option<PathBuf> = Some(path.to_path_buf());
-        while let Some(current) = at {
-            if !current.starts_with(self.root()) {
-                break;
-            }
-            let _ = std::os::unix::fs::lchown(&current, Some(uid), Some(gid));
-            at = current.parent().map(Path::to_path_buf);
-        }
+    /// The uid and gid commands in this folder run as, when the server is root.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.lease.as_ref().map(|l| (l.uid(), l.uid()))
+    }
+
+    /// Runs `job` on the workspace's own thread with its handle; `None`
+    /// when that thread is gone (the workspace is being deleted).
+    pub async fn with_handle<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&DirHandle) -> T + Send + 'static,
+    ) -> Option<T> {
+        self.worker.run(job).await
     }
 }
 
-/// The uid and gid of `user` when this process is root (commands then run as
-/// that user); `None` otherwise.
-pub fn sandbox_owner(user: &str) -> Option<(u32, u32)> {
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        self.worker.stop();
+        // Processes still running as the workspace's uid go first, so
+        // nothing writes while the folder is removed.
+        if let Some(lease) = &self.lease {
+            crate::sandbox::uids::kill_processes_of(lease.uid());
+        }
+        if self.mounted {
+            // The whole tmpfs goes with the mount; MNT_DETACH so a process
+            // still inside cannot keep it (or the server) waiting.
+            let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
+        } else if let Ok(handle) = DirHandle::open(&self.path) {
+            // Emptied through the handle, as root: a folder the command
+            // made read-only still goes, and a link inside is removed, not
+            // followed.
+            let _ = handle.clear();
+        }
+        let _ = std::fs::remove_dir(&self.path);
     }
-    let name = std::ffi::CString::new(user).ok()?;
-    // SAFETY: getpwnam returns static storage or null; read immediately.
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
-        return None;
+}
+
+/// Mounts a tmpfs of `bytes` on `path`, owned by `owner`, without
+/// set-uid programs or device files.
+fn mount_tmpfs(path: &Path, bytes: u64, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    let mut data = format!("size={bytes},mode=0700");
+    if let Some((uid, gid)) = owner {
+        data.push_str(&format!(",uid={uid},gid={gid}"));
     }
-    // SAFETY: non-null passwd record.
-    Some(unsafe { ((*entry).pw_uid, (*entry).pw_gid) })
+    let data = std::ffi::CString::new(data).map_err(std::io::Error::other)?;
+    rustix::mount::mount(
+        "tmpfs",
+        path,
+        "tmpfs",
+        rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+        data.as_c_str(),
+    )
+    .map_err(|err| std::io::Error::other(format!("cannot mount the workspace's size-capped tmpfs: {err}")))
+}
+
+/// Whether this server can give workspaces a size cap: it can mount a
+/// tmpfs (root, and a mount namespace that allows it). Tried once at start.
+pub fn can_cap_size(base: &Path) -> Result<(), String> {
+    let probe = tempfile::Builder::new().prefix("probe-").tempdir_in(base).map_err(|err| err.to_string())?;
+    mount_tmpfs(probe.path(), 1024 * 1024, None).map_err(|err| err.to_string())?;
+    let _ = rustix::mount::unmount(probe.path(), rustix::mount::UnmountFlags::DETACH);
+    Ok(())
+}
+
+mod worker {
+    //! The workspace's own thread: file tools run here with the filesystem
+    //! uid and gid set to the workspace's, so the kernel checks every open,
+    //! create and rename as it would for a sandboxed command.
+
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+
+    use super::DirHandle;
+
+    type Job = Box<dyn FnOnce(&DirHandle) + Send>;
+
+    #[derive(Debug)]
+    pub struct Worker {
+        jobs: Option<mpsc::Sender<Job>>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Worker {
+        /// A worker that runs nothing (before start, after stop).
+        pub fn stopped() -> Worker {
+            Worker { jobs: None, thread: None }
+        }
+
+        pub fn start(handle: DirHandle, owner: Option<(u32, u32)>) -> std::io::Result<Worker> {
+            let (jobs, inbox) = mpsc::channel::<Job>();
+            let (ready_tx, ready) = mpsc::channel::<Result<(), String>>();
+            let thread = std::thread::Builder::new().name("workspace".into()).spawn(move || {
+                if let Some((uid, gid)) = owner {
+                    if let Err(why) = become_owner(uid, gid) {
+                        let _ = ready_tx.send(Err(why));
+                        return;
+                    }
+                }
+                let _ = ready_tx.send(Ok(()));
+                while let Ok(job) = inbox.recv() {
+                    job(&handle);
+                }
+            })?;
+            match ready.recv() {
+                Ok(Ok(())) => Ok(Worker { jobs: Some(jobs), thread: Some(thread) }),
+                Ok(Err(why)) => Err(std::io::Error::other(why)),
+                Err(_) => Err(std::io::Error::other("the workspace thread did not start")),
+            }
+        }
+
+        pub async fn run<T: Send + 'static>(&self, job: impl FnOnce(&DirHandle) -> T + Send + 'static) -> Option<T> {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let job: Job = Box::new(move |handle| {
+                let _ = tx.send(job(handle));
+            });
+            self.jobs.as_ref()?.send(job).ok()?;
+            rx.await.ok()
+        }
+
+        /// Ends the thread after the job it is running.
+        pub fn stop(&mut self) {
+            self.jobs = None;
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// Sets this thread's filesystem ids (and no supplementary groups).
+    /// Only this thread changes: the raw calls are per thread on Linux, and
+    /// nothing else ever runs here.
+    fn become_owner(uid: u32, gid: u32) -> Result<(), String> {
+        rustix::thread::set_thread_groups(&[])
+            .map_err(|err| format!("cannot clear the workspace thread's groups: {err}"))?;
+        // SAFETY: setfsgid/setfsuid take plain integers and change only
+        // this thread's filesystem credentials; they return the previous
+        // value, so a second call shows whether the first one took.
+        let (gid_now, uid_now) = unsafe {
+            libc::setfsgid(gid);
+            libc::setfsuid(uid);
+            (libc::setfsgid(gid) as u32, libc::setfsuid(uid) as u32)
+        };
+        if (uid_now, gid_now) != (uid, gid) {
+            return Err(format!("cannot take the workspace's filesystem ids {uid}:{gid}"));
+        }
+        Ok(())
+    }
 }
 
 /// The first folder on the way to `path` that the sandbox user cannot pass
@@ -84,63 +252,6 @@ pub fn unreachable_ancestor(path: &Path, (uid, gid): (u32, u32)) -> Option<PathB
         }
     }
     None
-}
-
-/// Tool names of the code tools.
-pub const READ_FILE: &str = "read_file";
-pub const WRITE_FILE: &str = "write_file";
-pub const APPLY_PATCH: &str = "apply_patch";
-pub const SHELL: &str = "shell";
-/// Older spellings models still use; answered, never declared.
-pub const EDIT_ALIASES: [&str; 2] = ["edit_file", "str_replace"];
-
-/// Whether a tool name is one of the code tools (aliases included).
-pub fn is_code_tool(name: &str) -> bool {
-    matches!(name, READ_FILE | WRITE_FILE | APPLY_PATCH | SHELL) || EDIT_ALIASES.contains(&name)
-}
-
-/// The fixed part of the prompt when the code tools are declared: it
-/// depends on nothing but that, so the prompt prefix stays stable.
-pub const CODE_PROMPT: &str = "## Working with files\nYou have a private working folder for this request. Create a new file with write_file. Change an existing file, even by one line, with apply_patch: read the lines first, then send the smallest patch whose context matches them exactly. Run commands with shell; the folder and exported variables carry over between commands. When a tool says a file now holds what you wrote, do not read it back.";
-
-/// The code tools' declarations; flat scalar parameters only.
-pub fn declarations() -> Vec<skillhost_engine::ToolDef> {
-    use serde_json::json;
-    use skillhost_engine::ToolDef;
-    vec![
-        ToolDef {
-            name: READ_FILE.into(),
-            description: "Show a file of the working folder with line numbers.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path, relative to the working folder."},
-                "offset": {"type": "integer", "description": "First line to show (1-based)."},
-                "limit": {"type": "integer", "description": "How many lines to show."}
-            }, "required": ["path"]}),
-        },
-        ToolDef {
-            name: WRITE_FILE.into(),
-            description: "Create a new file. It refuses a path that exists: change existing files with apply_patch.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path, relative to the working folder."},
-                "content": {"type": "string", "description": "The whole content of the new file."}
-            }, "required": ["path", "content"]}),
-        },
-        ToolDef {
-            name: APPLY_PATCH.into(),
-            description: "Change, add, move or delete files with a patch: '*** Begin Patch', then sections '*** Update File: path' (with '@@' anchors and ' ', '-', '+' lines), '*** Add File: path' ('+' lines), '*** Delete File: path', then '*** End Patch'. All or nothing.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "input": {"type": "string", "description": "The whole patch, from '*** Begin Patch' to '*** End Patch'."}
-            }, "required": ["input"]}),
-        },
-        ToolDef {
-            name: SHELL.into(),
-            description: "Run a bash command in the working folder, sandboxed and offline. Returns its output and exit status.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "The command line."},
-                "timeout_ms": {"type": "integer", "description": "Deadline in milliseconds (default 60000)."}
-            }, "required": ["command"]}),
-        },
-    ]
 }
 
 #[cfg(test)]

@@ -1,11 +1,17 @@
-//! The tools that run processes: `shell` (code execution) and the execution
-//! half of `skills_run`. Both go through the sandbox helper; both recover
-//! from the mistakes the host can recognize instead of reporting them.
+//! `shell(command, timeout_ms)`, and the running half of `skills_run`: both
+//! go through the request's sandbox actor, in the workspace; both recover
+//! from the mistakes the host can recognize instead of only reporting them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use super::launch::{Launcher, Ran, Run, SandboxMode};
+use serde_json::{json, Map, Value};
+use skillhost_engine::ToolDef;
+
+use super::{args, Answer, CodeContext, ToolError};
+use crate::sandbox::actor::{self, Finished, Job, Purpose};
+use crate::sandbox::launch::OUTPUT_CAP_BYTES;
+use crate::skills::tools::ScriptCall;
 
 /// A shell command's deadline when the model gives none.
 pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -13,62 +19,41 @@ pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 60_000;
 pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
 /// A skill script's deadline.
 pub const SKILLS_RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest saved shell state the server reads back after a command.
+pub const SHELL_STATE_MAX_BYTES: u64 = 64 * 1024;
+/// Where the wrapper saves the working folder and exports, inside the
+/// workspace; read back through the handle, never by path.
+const SHELL_STATE: &str = ".skillhost/state.sh";
 /// Programs whose exit status 1 is an answer ("no match", "differs",
 /// "false"), not a failure.
 const BENIGN_EXIT_ONE: [&str; 8] = ["grep", "egrep", "fgrep", "rg", "diff", "cmp", "test", "["];
 
-/// How commands run on this server.
-#[derive(Debug, Clone)]
-pub struct ExecSettings {
-    pub launcher: Launcher,
-    pub mode: SandboxMode,
-    /// Why this host cannot confine commands, when it cannot.
-    pub unavailable: Option<String>,
-    /// The operator chose to run shell commands unconfined.
-    pub shell_unconfined: bool,
-    pub shell_network: bool,
-    pub skills_network: bool,
-    /// The "Not confined on this host:" line, when something is not.
-    pub gaps: Option<String>,
+pub fn declaration() -> ToolDef {
+    ToolDef {
+        name: "shell".into(),
+        description:
+            "Run a bash command in the working folder, sandboxed and offline. Returns its output and exit status."
+                .into(),
+        parameters: json!({"type": "object", "properties": {
+            "command": {"type": "string", "description": "The command line."},
+            "timeout_ms": {"type": "integer", "description": "Deadline in milliseconds (default 60000)."}
+        }, "required": ["command"]}),
+    }
 }
 
-/// What a process tool did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecOutcome {
-    pub text: String,
-    pub ok: bool,
-}
-
-/// Remembers the last failing command of a workspace, to count repeats.
+/// What the server remembers of a workspace's shell between commands.
 #[derive(Debug, Default)]
 pub struct ShellMemory {
+    /// Where the last command left the shell, relative to the workspace.
+    cwd: Option<String>,
+    /// The last failing command, its output and how often it failed so.
     last_failure: Option<(String, String, u32)>,
 }
 
 impl ShellMemory {
-    /// Starts the count again, after the files changed.
-    pub fn forget(&mut self) {
+    /// Starts the repeat count again, after the files changed.
+    pub fn forget_failure(&mut self) {
         self.last_failure = None;
-    }
-}
-
-/// Whether a run may go ahead, and unconfined or not.
-fn confinement(settings: &ExecSettings, unconfined_by_choice: bool) -> Result<(bool, Option<String>), String> {
-    if unconfined_by_choice {
-        return Ok((
-            true,
-            Some("Not confined on this host: everything; the operator runs these commands unconfined.".into()),
-        ));
-    }
-    match (&settings.unavailable, settings.mode) {
-        (None, SandboxMode::Required | SandboxMode::Preferred) => Ok((false, settings.gaps.clone())),
-        (_, SandboxMode::Off) => Ok((true, Some("Not confined on this host: everything; the sandbox is switched off.".into()))),
-        (Some(reason), SandboxMode::Required) => Err(format!(
-            "The command did not run: this server only runs commands inside its sandbox, and this host cannot provide one ({reason})."
-        )),
-        (Some(reason), SandboxMode::Preferred) => {
-            Ok((true, Some(format!("Not confined on this host: everything; the sandbox is unavailable ({reason})."))))
-        }
     }
 }
 
@@ -123,33 +108,33 @@ fn relative_to(path: &Path, base: &Path) -> String {
     }
 }
 
-/// The script that runs one shell command: restore the last command's
-/// working folder and exports, provide `python`, run, then save the state.
+/// The script that runs one shell command inside the sandbox: restore the
+/// last command's working folder and exports, provide `python`, run, then
+/// save the state for the next command.
 fn wrap(command: &str) -> String {
     format!(
         "mkdir -p \"$HOME/.skillhost/bin\" && ln -sf /usr/bin/python3 \"$HOME/.skillhost/bin/python\" 2>/dev/null\n\
          export PATH=\"$HOME/.skillhost/bin:$PATH\"\n\
-         [ -f \"$HOME/.skillhost/state.sh\" ] && . \"$HOME/.skillhost/state.sh\"\n\
+         [ -f \"$HOME/{SHELL_STATE}\" ] && . \"$HOME/{SHELL_STATE}\"\n\
          {{\n{command}\n}}\n\
          __skillhost_status=$?\n\
-         {{ export -p; printf 'cd %q\\n' \"$PWD\"; }} > \"$HOME/.skillhost/state.sh\" 2>/dev/null\n\
+         {{ export -p; printf 'cd %q\\n' \"$PWD\"; }} > \"$HOME/{SHELL_STATE}\" 2>/dev/null\n\
          exit $__skillhost_status\n"
     )
 }
 
-/// Where the previous command left the shell, from the saved state.
-fn saved_cwd(root: &Path) -> PathBuf {
-    std::fs::read_to_string(root.join(".skillhost/state.sh"))
-        .ok()
-        .and_then(|state| {
-            state.lines().rev().find_map(|l| l.strip_prefix("cd ").map(|p| p.trim_matches('\'').to_string()))
-        })
-        .map(PathBuf::from)
-        .filter(|p| p.starts_with(root))
-        .unwrap_or_else(|| root.to_path_buf())
+/// The working folder a saved state names, relative to the workspace, when
+/// it lies inside it. The state is what a command left: only its last `cd`
+/// line is read, and only as a name.
+fn cwd_from_state(state: &str, root: &Path) -> Option<String> {
+    let line = state.lines().rev().find_map(|l| l.strip_prefix("cd "))?;
+    let path = Path::new(line.trim().trim_matches('\''));
+    let relative = path.strip_prefix(root).ok()?;
+    Some(relative.to_string_lossy().into_owned())
 }
 
-fn format_run(header: &str, ran: &Ran, root: &Path, cwd: &Path, timeout: Duration) -> String {
+fn format_run(header: &str, finished: &Finished, root: &Path, cwd: &Path, timeout: Duration) -> String {
+    let ran = &finished.ran;
     let mut text = format!("{header}\n");
     let stdout = relative_paths(&ran.stdout, root, cwd);
     let stderr = relative_paths(&ran.stderr, root, cwd);
@@ -167,7 +152,10 @@ fn format_run(header: &str, ran: &Ran, root: &Path, cwd: &Path, timeout: Duratio
         }
     }
     if ran.truncated {
-        text.push_str("[output cut at 32 KB per stream]\n");
+        text.push_str(&format!("[output cut at {} KB per stream]\n", OUTPUT_CAP_BYTES / 1024));
+    }
+    if ran.out_of_memory {
+        text.push_str("[killed: the command and its children went past their memory limit]\n");
     }
     if ran.timed_out {
         text.push_str(&format!(
@@ -179,48 +167,52 @@ fn format_run(header: &str, ran: &Ran, root: &Path, cwd: &Path, timeout: Duratio
 }
 
 /// `shell(command, timeout_ms)`.
-pub async fn shell(
-    settings: &ExecSettings,
-    root: &Path,
-    memory: &mut ShellMemory,
-    command: &str,
-    timeout_ms: Option<u64>,
-) -> ExecOutcome {
+pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) -> Result<Answer, ToolError> {
+    let command = args::text(arguments, &["command", "cmd"]).unwrap_or_default();
     if command.trim().is_empty() {
-        return ExecOutcome { text: "Say which command to run: shell(command=\"…\").".into(), ok: false };
+        return Err(ToolError::Model("Say which command to run: shell(command=\"…\").".into()));
     }
-    let (unconfined, gaps) = match confinement(settings, settings.shell_unconfined) {
-        Ok(decision) => decision,
-        Err(refusal) => return ExecOutcome { text: refusal, ok: false },
+    let Some(sandbox) = context.sandbox else {
+        return Err(ToolError::Model("Commands cannot run on this server.".into()));
     };
-    let timeout =
-        Duration::from_millis(timeout_ms.unwrap_or(SHELL_DEFAULT_TIMEOUT_MS).clamp(1000, SHELL_MAX_TIMEOUT_MS));
-    let cwd = saved_cwd(root);
-    let script = ["/bin/bash".to_string(), "-c".to_string(), wrap(command)];
-    let run = Run {
-        profile: "code-exec",
-        workspace: root,
+    let timeout = Duration::from_millis(
+        args::number(arguments, "timeout_ms").unwrap_or(SHELL_DEFAULT_TIMEOUT_MS).clamp(1000, SHELL_MAX_TIMEOUT_MS),
+    );
+    let root = context.workspace.path().to_path_buf();
+    let cwd = match &context.shell.cwd {
+        Some(relative) if !relative.is_empty() => root.join(relative),
+        _ => root.clone(),
+    };
+    let job = Job {
+        purpose: Purpose::Shell,
+        workspace: root.clone(),
+        owner: context.workspace.owner(),
         skill: None,
-        network: settings.shell_network,
-        unconfined,
-        command: &script,
+        command: vec!["/bin/bash".into(), "-c".into(), wrap(&command)],
         timeout,
     };
-    let ran = match settings.launcher.run(&run).await {
-        Ok(ran) => ran,
-        Err(err) => return ExecOutcome { text: format!("The command did not run: {err}."), ok: false },
-    };
-    let mut text = format_run(&format!("$ {command}"), &ran, root, &cwd, timeout);
+    let finished = actor::run(sandbox, job).await.map_err(ToolError::Model)?;
+    // Read back through the handle on the workspace's thread: a link, a
+    // FIFO or a huge file at the state's name is refused, not followed.
+    let state = context
+        .workspace
+        .with_handle(|dir| dir.read(SHELL_STATE, SHELL_STATE_MAX_BYTES).ok())
+        .await
+        .flatten()
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    context.shell.cwd = state.as_deref().and_then(|state| cwd_from_state(state, &root));
+    let ran = &finished.ran;
+    let mut text = format_run(&format!("$ {command}"), &finished, &root, &cwd, timeout);
     let ok = match ran.exit_code {
         Some(0) => {
             text.push_str("[exit status 0]\n");
-            memory.last_failure = None;
+            context.shell.last_failure = None;
             true
         }
-        Some(1) if benign_exit_one(command) => {
+        Some(1) if benign_exit_one(&command) => {
             text.push_str(&format!(
                 "[exit status 1: {} found nothing or the inputs differ; that is an answer, not an error]\n",
-                first_program(command)
+                first_program(&command)
             ));
             true
         }
@@ -232,22 +224,22 @@ pub async fn shell(
     };
     if !ok {
         let output = format!("{}{}", ran.stdout, ran.stderr);
-        let count = match &memory.last_failure {
-            Some((last_command, last_output, count)) if last_command == command && *last_output == output => count + 1,
+        let count = match &context.shell.last_failure {
+            Some((last_command, last_output, count)) if *last_command == command && *last_output == output => count + 1,
             _ => 1,
         };
-        memory.last_failure = Some((command.to_string(), output, count));
+        context.shell.last_failure = Some((command.clone(), output, count));
         if count > 1 {
             text.push_str(&format!(
                 "This exact command has now failed the same way {count} times; change the command or the files before running it again.\n"
             ));
         }
     }
-    if let Some(gaps) = gaps {
-        text.push_str(&gaps);
+    if let Some(gaps) = &finished.gaps {
+        text.push_str(gaps);
         text.push('\n');
     }
-    ExecOutcome { text: text.trim_end().to_string(), ok }
+    Ok(Answer { text: text.trim_end().to_string(), ok, detail: Some(command), ..Answer::default() })
 }
 
 /// The interpreter for a script, chosen by its extension and never by its
@@ -261,56 +253,55 @@ pub fn interpreter(script: &str) -> Option<&'static str> {
     }
 }
 
-/// Runs a skill's script: the interpreter exec'd directly (no shell parses
-/// the arguments), the skill folder read-only, in `cwd`.
-pub async fn run_script(
-    settings: &ExecSettings,
-    skill_root: &Path,
-    script: &str,
-    args: &[String],
-    cwd: &Path,
-) -> ExecOutcome {
-    let Some(program) = interpreter(script) else {
-        return ExecOutcome {
-            text: format!("'{script}' is not a script skills_run can run; it runs .py (python3), .js and .mjs (node), .sh and .bash (bash)."),
-            ok: false,
-        };
+/// Runs a skill's script in the workspace: the interpreter exec'd directly
+/// (no shell parses the arguments), the skill folder read-only.
+pub async fn run_script(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<Answer, ToolError> {
+    let path = &script.path;
+    let Some(program) = interpreter(path) else {
+        return Err(ToolError::Model(format!(
+            "'{path}' is not a script skills_run can run; it runs .py (python3), .js and .mjs (node), .sh and .bash (bash)."
+        )));
     };
-    let (unconfined, gaps) = match confinement(settings, false) {
-        Ok(decision) => decision,
-        Err(refusal) => return ExecOutcome { text: refusal, ok: false },
+    let Some(sandbox) = context.sandbox else {
+        return Err(ToolError::Model("Scripts cannot run on this server.".into()));
     };
-    let mut command = vec![program.to_string(), skill_root.join(script).display().to_string()];
-    command.extend(args.iter().cloned());
-    let run = Run {
-        profile: "skills-run",
-        workspace: cwd,
-        skill: Some(skill_root),
-        network: settings.skills_network,
-        unconfined,
-        command: &command,
+    let skill_root = &script.skill.root;
+    let mut command = vec![program.to_string(), skill_root.join(path).display().to_string()];
+    command.extend(script.args.iter().cloned());
+    let root = context.workspace.path().to_path_buf();
+    let job = Job {
+        purpose: Purpose::Script,
+        workspace: root.clone(),
+        owner: context.workspace.owner(),
+        skill: Some(skill_root.clone()),
+        command,
         timeout: SKILLS_RUN_TIMEOUT,
     };
-    let ran = match settings.launcher.run(&run).await {
-        Ok(ran) => ran,
-        Err(err) => return ExecOutcome { text: format!("The script did not run: {err}."), ok: false },
-    };
-    let mut header = format!("[skills_run: {script}");
-    for arg in args {
+    let finished = actor::run(sandbox, job)
+        .await
+        .map_err(|refusal| ToolError::Model(refusal.replace("The command did not run", "The script did not run")))?;
+    let mut header = format!("[skills_run: {path}");
+    for arg in &script.args {
         header.push(' ');
         header.push_str(&quoted(arg));
     }
     header.push(']');
-    let mut text = format_run(&header, &ran, cwd, cwd, SKILLS_RUN_TIMEOUT);
-    let ok = ran.exit_code == Some(0);
-    if let Some(code) = ran.exit_code {
+    let mut text = format_run(&header, &finished, &root, &root, SKILLS_RUN_TIMEOUT);
+    let ok = finished.ran.exit_code == Some(0);
+    if let Some(code) = finished.ran.exit_code {
         text.push_str(&format!("[exit status {code}]\n"));
     }
-    if let Some(gaps) = gaps {
-        text.push_str(&gaps);
+    if let Some(gaps) = &finished.gaps {
+        text.push_str(gaps);
         text.push('\n');
     }
-    ExecOutcome { text: text.trim_end().to_string(), ok }
+    Ok(Answer {
+        text: text.trim_end().to_string(),
+        ok,
+        skill: Some(script.skill.id().to_string()),
+        detail: Some(path.clone()),
+        ..Answer::default()
+    })
 }
 
 /// An argument as a shell would need it written, so the header shows where

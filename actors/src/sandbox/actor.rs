@@ -1,0 +1,175 @@
+//! `SandboxActor`: runs one request's commands through the sandbox helper
+//! and reports each result back when it ends.
+//!
+//! One lives per request, linked to its `LoopActor`. A command runs in a task
+//! of its own, so the actor's mailbox stays open while it runs; when the
+//! request ends (answered, failed or the client gone) the actor dies with
+//! the loop, its state is dropped, and dropping a running task kills the
+//! command's whole process group.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::launch::{Ran, Run, SandboxMode};
+use super::ExecSettings;
+use crate::chat_loop::AbortOnDrop;
+
+/// Why a command runs; it decides the profile, the network and whether the
+/// operator's choice to run unconfined applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A `shell` call.
+    Shell,
+    /// A skill's bundled script (`skills_run`).
+    Script,
+    /// The parse of a file the model just wrote.
+    SyntaxCheck,
+}
+
+/// One command to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub purpose: Purpose,
+    /// The folder it runs in, read-write: a workspace the server made.
+    pub workspace: PathBuf,
+    /// The workspace's own uid and gid, when the server is root.
+    pub owner: Option<(u32, u32)>,
+    /// A skill folder it may read.
+    pub skill: Option<PathBuf>,
+    pub command: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// A command that ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub ran: Ran,
+    /// The "Not confined on this host:" line, when something was not.
+    pub gaps: Option<String>,
+}
+
+pub struct SandboxActor;
+
+pub enum SandboxMsg {
+    /// Sent by a workspace actor answering a tool call: run one command. The
+    /// reply is the result, or the sentence saying why it did not run.
+    Run { job: Job, reply: RpcReplyPort<Result<Finished, String>> },
+    /// Sent by a command's own task when it ended: forget its handle.
+    Ended(u64),
+}
+
+pub struct SandboxState {
+    settings: Arc<ExecSettings>,
+    /// Commands still running, by number; dropping one kills its group.
+    running: HashMap<u64, AbortOnDrop>,
+    /// The next command's number.
+    next: u64,
+}
+
+/// Whether a run may go ahead, and unconfined or not: `Ok((unconfined,
+/// gaps))`, or the refusal the model reads.
+pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, Option<String>), String> {
+    let by_choice = match purpose {
+        Purpose::Shell | Purpose::SyntaxCheck => settings.shell_unconfined,
+        Purpose::Script => false,
+    };
+    if by_choice {
+        return Ok((
+            true,
+            Some("Not confined on this host: everything; the operator runs these commands unconfined.".into()),
+        ));
+    }
+    match (&settings.unavailable, settings.mode) {
+        (None, SandboxMode::Required | SandboxMode::Preferred) => Ok((false, settings.gaps_for(purpose))),
+        (_, SandboxMode::Off) => {
+            Ok((true, Some("Not confined on this host: everything; the sandbox is switched off.".into())))
+        }
+        (Some(reason), SandboxMode::Required) => Err(format!(
+            "The command did not run: this server only runs commands inside its sandbox, and this host cannot provide one ({reason})."
+        )),
+        (Some(reason), SandboxMode::Preferred) => {
+            Ok((true, Some(format!("Not confined on this host: everything; the sandbox is unavailable ({reason})."))))
+        }
+    }
+}
+
+impl Actor for SandboxActor {
+    type Msg = SandboxMsg;
+    type State = SandboxState;
+    type Arguments = Arc<ExecSettings>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SandboxMsg>,
+        settings: Arc<ExecSettings>,
+    ) -> Result<SandboxState, ActorProcessingErr> {
+        Ok(SandboxState { settings, running: HashMap::new(), next: 0 })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SandboxMsg>,
+        msg: SandboxMsg,
+        state: &mut SandboxState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SandboxMsg::Run { job, reply } => {
+                let (unconfined, gaps) = match confinement(&state.settings, job.purpose) {
+                    Ok(decision) => decision,
+                    Err(refusal) => {
+                        let _ = reply.send(Err(refusal));
+                        return Ok(());
+                    }
+                };
+                let number = state.next;
+                state.next += 1;
+                let settings = Arc::clone(&state.settings);
+                let task = tokio::spawn(async move {
+                    let result = run_job(&settings, &job, unconfined).await.map(|ran| Finished { ran, gaps });
+                    let _ = reply.send(result);
+                    let _ = myself.cast(SandboxMsg::Ended(number));
+                });
+                state.running.insert(number, AbortOnDrop::new(task));
+            }
+            SandboxMsg::Ended(number) => {
+                // The task has finished; removing its handle aborts nothing.
+                state.running.remove(&number);
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn run_job(settings: &ExecSettings, job: &Job, unconfined: bool) -> Result<Ran, String> {
+    let (profile, network) = match job.purpose {
+        Purpose::Shell => ("code-exec", settings.shell_network),
+        Purpose::Script => ("skills-run", settings.skills_network),
+        Purpose::SyntaxCheck => ("code-exec", false),
+    };
+    let run = Run {
+        profile,
+        workspace: &job.workspace,
+        owner: job.owner,
+        skill: job.skill.as_deref(),
+        network,
+        unconfined,
+        command: &job.command,
+        timeout: job.timeout,
+    };
+    settings.launcher.run(&run).await.map_err(|err| format!("The command did not run: {err}."))
+}
+
+/// Runs a job on a request's sandbox actor and waits for its end.
+pub async fn run(sandbox: &ActorRef<SandboxMsg>, job: Job) -> Result<Finished, String> {
+    // The reply comes when the command ends, which the launcher bounds by
+    // the job's own deadline; the slack covers start-up and clean-up.
+    let wait = job.timeout + Duration::from_secs(30);
+    match sandbox.call(|reply| SandboxMsg::Run { job, reply }, Some(wait)).await {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        Ok(_) | Err(_) => Err("The command did not run: the request's sandbox is gone.".into()),
+    }
+}

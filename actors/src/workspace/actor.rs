@@ -1,0 +1,117 @@
+//! `WorkspaceActor`: owns one workspace and answers every tool call made in
+//! it, one at a time.
+//!
+//! A request's own workspace lives in an actor linked to its `LoopActor`
+//! and dies with it; a Web UI conversation's lives as long as the
+//! conversation, unlinked, and serves each of its requests in turn. A call
+//! is handled from start to end (file work, commands, the artifact copy)
+//! before the next message is taken: that is what keeps two requests of one
+//! conversation from ever working in the folder at once. The folder is
+//! deleted when the actor's state is dropped, whether it stopped or was
+//! killed.
+
+use std::time::{Duration, SystemTime};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::Workspace;
+use crate::artifacts::{Artifacts, PRIVATE};
+use crate::sandbox::actor::SandboxMsg;
+use crate::tools::shell::ShellMemory;
+use crate::tools::{self, Answer, CodeCall, CodeContext, ToolError};
+
+pub struct WorkspaceActor;
+
+/// Where the files a call produced are kept.
+#[derive(Debug, Clone)]
+pub struct ArtifactsFor {
+    pub store: Artifacts,
+    pub run_id: String,
+}
+
+pub enum WorkspaceMsg {
+    /// Sent by a request's tool runner: answer one call in this folder,
+    /// running commands on the request's `sandbox` and copying what changed
+    /// into `artifacts`.
+    Answer {
+        call: CodeCall,
+        sandbox: Option<ActorRef<SandboxMsg>>,
+        artifacts: Option<ArtifactsFor>,
+        reply: RpcReplyPort<Result<Answer, ToolError>>,
+    },
+}
+
+pub struct WorkspaceState {
+    /// The folder; deleted when this state is dropped.
+    workspace: Workspace,
+    /// The shell's working folder and last failure in this folder.
+    shell: ShellMemory,
+}
+
+impl Actor for WorkspaceActor {
+    type Msg = WorkspaceMsg;
+    type State = WorkspaceState;
+    type Arguments = Workspace;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<WorkspaceMsg>,
+        workspace: Workspace,
+    ) -> Result<WorkspaceState, ActorProcessingErr> {
+        Ok(WorkspaceState { workspace, shell: ShellMemory::default() })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<WorkspaceMsg>,
+        msg: WorkspaceMsg,
+        state: &mut WorkspaceState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            WorkspaceMsg::Answer { call, sandbox, artifacts, reply } => {
+                let result = answer(state, call, sandbox.as_ref(), artifacts.as_ref()).await;
+                let _ = reply.send(result);
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn answer(
+    state: &mut WorkspaceState,
+    call: CodeCall,
+    sandbox: Option<&ActorRef<SandboxMsg>>,
+    artifacts: Option<&ArtifactsFor>,
+) -> Result<Answer, ToolError> {
+    let writes = match &call {
+        CodeCall::Tool { tool, .. } => tool.writes(),
+        CodeCall::Script(_) => true,
+    };
+    // A second of slack: file times have coarse granularity on some
+    // filesystems, and a file written just before counts as produced.
+    let since = SystemTime::now() - Duration::from_secs(1);
+    let mut context = CodeContext { workspace: &state.workspace, shell: &mut state.shell, sandbox };
+    let mut answer = tools::answer_code(&mut context, call).await?;
+    if let (true, Some(target)) = (writes, artifacts) {
+        let changed =
+            state.workspace.with_handle(move |dir| dir.changed_files(since, &PRIVATE)).await.unwrap_or_default();
+        if !changed.is_empty() {
+            answer.produced = target.store.store(&target.run_id, changed).await;
+        }
+    }
+    Ok(answer)
+}
+
+/// Sends one call to a workspace actor and waits for its answer, however
+/// long calls queued before it take.
+pub async fn call(
+    workspace: &ActorRef<WorkspaceMsg>,
+    call: CodeCall,
+    sandbox: Option<ActorRef<SandboxMsg>>,
+    artifacts: Option<ArtifactsFor>,
+) -> Result<Answer, ToolError> {
+    match workspace.call(|reply| WorkspaceMsg::Answer { call, sandbox, artifacts, reply }, None).await {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        Ok(_) | Err(_) => Err(ToolError::workspace_gone()),
+    }
+}
