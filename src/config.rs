@@ -529,6 +529,62 @@ mod tests {
     }
 
     #[test]
+    fn network_grants_are_refused_in_required_mode_and_named() {
+        let dir = dir();
+        write(dir.path(), "m.gguf", "");
+        let model = Some(dir.path().join("m.gguf"));
+        let skills = || SkillArgs { no_skills: true, ..SkillArgs::default() };
+        for (code, script, flag) in
+            [(true, false, "--code-exec-allow-network"), (false, true, "--skills-allow-network")]
+        {
+            let args = ServeArgs {
+                model: model.clone(),
+                code_exec: true,
+                code_exec_allow_network: code,
+                skills_allow_network: script,
+                skills: skills(),
+                ..ServeArgs::default()
+            };
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.starts_with(flag) && err.contains("loopback") && err.contains("preferred"), "{err}");
+            // Chosen with preferred mode, the grant stands (and each result
+            // names the gap).
+            let args = ServeArgs {
+                model: model.clone(),
+                code_exec: true,
+                code_exec_allow_network: code,
+                skills_allow_network: script,
+                skills_sandbox: Some(SandboxModeArg::Preferred),
+                skills: skills(),
+                ..ServeArgs::default()
+            };
+            assert!(args.resolve().is_ok());
+        }
+    }
+
+    #[test]
+    fn workspace_size_cap_at_and_below_the_minimum_and_uid_ranges_holding_accounts() {
+        let dir = dir();
+        write(dir.path(), "m.gguf", "");
+        let resolve = |bytes: u64, range: Option<&str>| {
+            ServeArgs {
+                model: Some(dir.path().join("m.gguf")),
+                workspace_max_bytes: Some(bytes),
+                sandbox_uid_range: range.map(|r| r.parse().unwrap()),
+                skills: SkillArgs { no_skills: true, ..SkillArgs::default() },
+                ..ServeArgs::default()
+            }
+            .resolve()
+        };
+        assert_eq!(resolve(MIN_WORKSPACE_BYTES, None).unwrap().exec.workspace_max_bytes, MIN_WORKSPACE_BYTES);
+        let err = resolve(MIN_WORKSPACE_BYTES - 1, None).unwrap_err().to_string();
+        assert!(err.starts_with("--workspace-max-bytes must be at least"), "{err}");
+        // Every host has an account with a uid of 1 to 100 (daemon, bin...).
+        let err = resolve(MIN_WORKSPACE_BYTES, Some("1-100")).unwrap_err().to_string();
+        assert!(err.starts_with("--sandbox-uid-range 1-100 holds accounts of this host"), "{err}");
+    }
+
+    #[test]
     fn skills_roots_precedence() {
         use skillhost_actors::skills::{Origin, Root};
         let dir = dir();

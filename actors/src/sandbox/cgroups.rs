@@ -280,14 +280,16 @@ impl CommandGroup {
         }
     }
 
-    /// Whether the group's memory limit was hit (v2 `memory.events`, v1
-    /// `memory.failcnt`), to name it in the command's result.
+    /// Whether the kernel killed a process of the group for passing its
+    /// memory limit (the `oom_kill` count of v2's `memory.events` or v1's
+    /// `memory.oom_control`), to name it in the command's result.
     pub fn hit_memory_limit(&self) -> bool {
         self.dirs.iter().any(|dir| {
-            if let Ok(events) = std::fs::read_to_string(dir.join("memory.events")) {
-                return events.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"));
-            }
-            std::fs::read_to_string(dir.join("memory.failcnt")).is_ok_and(|n| n.trim() != "0")
+            ["memory.events", "memory.oom_control"].iter().any(|file| {
+                std::fs::read_to_string(dir.join(file)).is_ok_and(|text| {
+                    text.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
+                })
+            })
         })
     }
 }

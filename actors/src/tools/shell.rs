@@ -118,7 +118,7 @@ fn wrap(command: &str) -> String {
          [ -f \"$HOME/{SHELL_STATE}\" ] && . \"$HOME/{SHELL_STATE}\"\n\
          {{\n{command}\n}}\n\
          __skillhost_status=$?\n\
-         {{ export -p; printf 'cd %q\\n' \"$PWD\"; }} > \"$HOME/{SHELL_STATE}\" 2>/dev/null\n\
+         {{ export -p; printf 'cd %q\\n' \"$PWD\"; }} 2>/dev/null > \"$HOME/{SHELL_STATE}\"\n\
          exit $__skillhost_status\n"
     )
 }

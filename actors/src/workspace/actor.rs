@@ -42,8 +42,9 @@ pub enum WorkspaceMsg {
 }
 
 pub struct WorkspaceState {
-    /// The folder; deleted when this state is dropped.
-    workspace: Workspace,
+    /// The folder; deleted in `post_stop` (a stop) or when this state is
+    /// dropped (a kill).
+    workspace: Option<Workspace>,
     /// The shell's working folder and last failure in this folder.
     shell: ShellMemory,
 }
@@ -58,7 +59,22 @@ impl Actor for WorkspaceActor {
         _myself: ActorRef<WorkspaceMsg>,
         workspace: Workspace,
     ) -> Result<WorkspaceState, ActorProcessingErr> {
-        Ok(WorkspaceState { workspace, shell: ShellMemory::default() })
+        Ok(WorkspaceState { workspace: Some(workspace), shell: ShellMemory::default() })
+    }
+
+    /// Deletes the folder before the actor counts as stopped, so whoever
+    /// waits for the stop (the end of a request, a closed conversation)
+    /// knows the folder is gone. ractor hands a stopped actor's state to its
+    /// supervisor, which may drop it much later.
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<WorkspaceMsg>,
+        state: &mut WorkspaceState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(workspace) = state.workspace.take() {
+            let _ = tokio::task::spawn_blocking(move || drop(workspace)).await;
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -69,7 +85,12 @@ impl Actor for WorkspaceActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             WorkspaceMsg::Answer { call, sandbox, artifacts, reply } => {
-                let result = answer(state, call, sandbox.as_ref(), artifacts.as_ref()).await;
+                let result = match state.workspace.as_ref() {
+                    Some(workspace) => {
+                        answer(workspace, &mut state.shell, call, sandbox.as_ref(), artifacts.as_ref()).await
+                    }
+                    None => Err(ToolError::workspace_gone()),
+                };
                 let _ = reply.send(result);
             }
         }
@@ -78,7 +99,8 @@ impl Actor for WorkspaceActor {
 }
 
 async fn answer(
-    state: &mut WorkspaceState,
+    workspace: &Workspace,
+    shell: &mut ShellMemory,
     call: CodeCall,
     sandbox: Option<&ActorRef<SandboxMsg>>,
     artifacts: Option<&ArtifactsFor>,
@@ -90,11 +112,10 @@ async fn answer(
     // A second of slack: file times have coarse granularity on some
     // filesystems, and a file written just before counts as produced.
     let since = SystemTime::now() - Duration::from_secs(1);
-    let mut context = CodeContext { workspace: &state.workspace, shell: &mut state.shell, sandbox };
+    let mut context = CodeContext { workspace, shell, sandbox };
     let mut answer = tools::answer_code(&mut context, call).await?;
     if let (true, Some(target)) = (writes, artifacts) {
-        let changed =
-            state.workspace.with_handle(move |dir| dir.changed_files(since, &PRIVATE)).await.unwrap_or_default();
+        let changed = workspace.with_handle(move |dir| dir.changed_files(since, &PRIVATE)).await.unwrap_or_default();
         if !changed.is_empty() {
             answer.produced = target.store.store(&target.run_id, changed).await;
         }

@@ -501,6 +501,36 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_swapped_for_a_link_mid_write_keeps_the_write_where_it_began() {
+        let (dir, handle) = handle();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let staged = handle.stage("sub/file.txt", b"data").unwrap();
+        // Between staging and the rename, the folder becomes a link out.
+        std::fs::rename(dir.path().join("sub"), dir.path().join("moved")).unwrap();
+        symlink(outside.path(), dir.path().join("sub")).unwrap();
+        handle.commit(staged, false).unwrap();
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_to_string(dir.path().join("moved/file.txt")).unwrap(), "data");
+        // Any later call sees the link and refuses it.
+        assert!(matches!(handle.stage("sub/other.txt", b"x"), Err(FsError::Link { .. })));
+        assert!(matches!(handle.remove_tree("sub/file.txt"), Err(FsError::Link { .. })));
+    }
+
+    #[test]
+    fn removal_by_descriptor_takes_links_not_their_targets() {
+        let (dir, handle) = handle();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep.txt"), "keep").unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        symlink(outside.path(), dir.path().join("a/b/out")).unwrap();
+        std::fs::write(dir.path().join("a/b/f"), "x").unwrap();
+        handle.clear().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+    }
+
+    #[test]
     fn create_only_refuses_an_existing_name_and_leaves_no_staging_file() {
         let (dir, handle) = handle();
         std::fs::write(dir.path().join("a"), "old").unwrap();
