@@ -28,8 +28,8 @@ use crate::request::{
 use crate::sandbox::actor::{SandboxActor, SandboxMsg};
 use crate::sandbox::ExecRuntime;
 use crate::skills::prompt::{self, PromptOptions};
-use crate::skills::tools::{self as skill_tools, ToolContext};
 use crate::skills::Snapshot;
+use crate::tools::skills::{self as skill_tools, ToolContext};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
 use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use crate::workspace::conversations::Conversations;
@@ -834,16 +834,9 @@ impl ToolRunner {
             Tool::SkillsList | Tool::SkillsRead => {
                 let Some(context) = self.skill_tools.clone() else { return Err(no_such_tool()) };
                 let call = call.clone();
-                let outcome = tokio::task::spawn_blocking(move || skill_tools::execute(&context, &call))
+                tokio::task::spawn_blocking(move || skill_tools::answer(&context, tool, &call))
                     .await
-                    .map_err(|_| ToolError::Model("The tool failed unexpectedly.".into()))?;
-                Ok(Answer {
-                    text: outcome.text,
-                    ok: outcome.ok,
-                    skill: outcome.skill,
-                    detail: outcome.detail,
-                    ..Answer::default()
-                })
+                    .map_err(|_| ToolError::Model("The tool failed unexpectedly.".into()))
             }
         }
     }
@@ -859,17 +852,9 @@ impl ToolRunner {
                 self.offered.join(", ")
             )));
         };
-        let script = match skill_tools::prepare_run(&context, call) {
+        let script = match tools::skills_run::prepare(&context, call) {
             Ok(script) => script,
-            Err(outcome) => {
-                return Ok(Answer {
-                    text: outcome.text,
-                    ok: false,
-                    skill: outcome.skill,
-                    detail: outcome.detail,
-                    ..Answer::default()
-                })
-            }
+            Err(refusal) => return Ok(*refusal),
         };
         let Some(exec) = &self.exec else {
             return Err(ToolError::Model("Scripts cannot run on this server.".into()));

@@ -10,7 +10,6 @@ pub mod prompt;
 pub mod registry;
 pub mod roots;
 pub mod skill;
-pub mod tools;
 
 pub use actor::{SkillsConfig, SkillsError};
 pub use manifest::Manifest;

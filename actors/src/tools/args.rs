@@ -58,3 +58,12 @@ pub fn sentence(text: &str) -> String {
         format!("{first}{rest}.")
     }
 }
+
+/// Upper-cases the first letter, for an error message that starts a sentence.
+pub fn sentence_start(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
+        None => String::new(),
+    }
+}

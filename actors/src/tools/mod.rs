@@ -13,6 +13,10 @@ pub mod args;
 pub mod edit_file;
 pub mod read_file;
 pub mod shell;
+pub mod skills;
+pub mod skills_list;
+pub mod skills_read;
+pub mod skills_run;
 pub mod syntax;
 pub mod write_file;
 
@@ -22,8 +26,8 @@ use skillhost_engine::ToolDef;
 
 use crate::artifacts::Artifact;
 use crate::sandbox::actor::SandboxMsg;
-use crate::skills::tools::ScriptCall;
 use crate::workspace::{FsError, Workspace};
+use skills_run::ScriptCall;
 
 /// Most bytes of one file the file tools load into the server: `apply_patch`
 /// and `edit_file` refuse a larger file with a sentence, and `read_file`
@@ -164,7 +168,7 @@ pub enum CodeCall {
 /// Answers one call in a workspace.
 pub async fn answer_code(context: &mut CodeContext<'_>, call: CodeCall) -> Result<Answer, ToolError> {
     let (tool, args) = match call {
-        CodeCall::Script(script) => return shell::run_script(context, &script).await,
+        CodeCall::Script(script) => return skills_run::run(context, &script).await,
         CodeCall::Tool { tool, args } => (tool, args),
     };
     let written = match tool {

@@ -1,6 +1,7 @@
-//! `shell(command, timeout_ms)`, and the running half of `skills_run`: both
-//! go through the request's sandbox actor, in the workspace; both recover
-//! from the mistakes the host can recognize instead of only reporting them.
+//! `shell(command, timeout_ms)`: a bash command line in the workspace,
+//! through the request's sandbox actor. It recovers from the mistakes the
+//! host can recognize instead of only reporting them, and keeps the working
+//! folder and exports from one command to the next.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,14 +12,11 @@ use skillhost_engine::ToolDef;
 use super::{args, Answer, CodeContext, ToolError};
 use crate::sandbox::actor::{self, Finished, Job, Purpose};
 use crate::sandbox::launch::OUTPUT_CAP_BYTES;
-use crate::skills::tools::ScriptCall;
 
 /// A shell command's deadline when the model gives none.
 pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 60_000;
 /// The longest deadline a model may ask for.
 pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
-/// A skill script's deadline.
-pub const SKILLS_RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest saved shell state the server reads back after a command.
 pub const SHELL_STATE_MAX_BYTES: u64 = 64 * 1024;
 /// Where the wrapper saves the working folder and exports, inside the
@@ -133,7 +131,7 @@ fn cwd_from_state(state: &str, root: &Path) -> Option<String> {
     Some(relative.to_string_lossy().into_owned())
 }
 
-fn format_run(header: &str, finished: &Finished, root: &Path, cwd: &Path, timeout: Duration) -> String {
+pub(super) fn format_run(header: &str, finished: &Finished, root: &Path, cwd: &Path, timeout: Duration) -> String {
     let ran = &finished.ran;
     let mut text = format!("{header}\n");
     let stdout = relative_paths(&ran.stdout, root, cwd);
@@ -242,79 +240,6 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
     Ok(Answer { text: text.trim_end().to_string(), ok, detail: Some(command), ..Answer::default() })
 }
 
-/// The interpreter for a script, chosen by its extension and never by its
-/// first line.
-pub fn interpreter(script: &str) -> Option<&'static str> {
-    match script.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase())?.as_str() {
-        "py" => Some("/usr/bin/python3"),
-        "js" | "mjs" => Some("/usr/bin/node"),
-        "sh" | "bash" => Some("/bin/bash"),
-        _ => None,
-    }
-}
-
-/// Runs a skill's script in the workspace: the interpreter exec'd directly
-/// (no shell parses the arguments), the skill folder read-only.
-pub async fn run_script(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<Answer, ToolError> {
-    let path = &script.path;
-    let Some(program) = interpreter(path) else {
-        return Err(ToolError::Model(format!(
-            "'{path}' is not a script skills_run can run; it runs .py (python3), .js and .mjs (node), .sh and .bash (bash)."
-        )));
-    };
-    let Some(sandbox) = context.sandbox else {
-        return Err(ToolError::Model("Scripts cannot run on this server.".into()));
-    };
-    let skill_root = &script.skill.root;
-    let mut command = vec![program.to_string(), skill_root.join(path).display().to_string()];
-    command.extend(script.args.iter().cloned());
-    let root = context.workspace.path().to_path_buf();
-    let job = Job {
-        purpose: Purpose::Script,
-        workspace: root.clone(),
-        owner: context.workspace.owner(),
-        skill: Some(skill_root.clone()),
-        command,
-        timeout: SKILLS_RUN_TIMEOUT,
-    };
-    let finished = actor::run(sandbox, job)
-        .await
-        .map_err(|refusal| ToolError::Model(refusal.replace("The command did not run", "The script did not run")))?;
-    let mut header = format!("[skills_run: {path}");
-    for arg in &script.args {
-        header.push(' ');
-        header.push_str(&quoted(arg));
-    }
-    header.push(']');
-    let mut text = format_run(&header, &finished, &root, &root, SKILLS_RUN_TIMEOUT);
-    let ok = finished.ran.exit_code == Some(0);
-    if let Some(code) = finished.ran.exit_code {
-        text.push_str(&format!("[exit status {code}]\n"));
-    }
-    if let Some(gaps) = &finished.gaps {
-        text.push_str(gaps);
-        text.push('\n');
-    }
-    Ok(Answer {
-        text: text.trim_end().to_string(),
-        ok,
-        skill: Some(script.skill.id().to_string()),
-        detail: Some(path.clone()),
-        ..Answer::default()
-    })
-}
-
-/// An argument as a shell would need it written, so the header shows where
-/// each one starts and ends (nothing parses it: the script got it as is).
-fn quoted(arg: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
-    if !arg.is_empty() && arg.chars().all(plain) {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,19 +272,10 @@ mod tests {
     }
 
     #[test]
-    fn header_arguments_show_their_bounds() {
-        assert_eq!(quoted("--flag"), "--flag");
-        assert_eq!(quoted("a b"), "'a b'");
-        assert_eq!(quoted(""), "''");
-        assert_eq!(quoted("it's"), "'it'\\''s'");
-    }
-
-    #[test]
-    fn interpreters_by_extension() {
-        assert_eq!(interpreter("scripts/a.py"), Some("/usr/bin/python3"));
-        assert_eq!(interpreter("x.MJS"), Some("/usr/bin/node"));
-        assert_eq!(interpreter("run.bash"), Some("/bin/bash"));
-        assert_eq!(interpreter("Makefile"), None);
-        assert_eq!(interpreter("tool.rb"), None);
+    fn the_working_folder_is_read_from_the_state_only_inside_the_workspace() {
+        let root = Path::new("/srv/ws-abc");
+        assert_eq!(cwd_from_state("export A=1\ncd /srv/ws-abc/src\n", root), Some("src".into()));
+        assert_eq!(cwd_from_state("cd /etc\n", root), None);
+        assert_eq!(cwd_from_state("no cd here", root), None);
     }
 }

@@ -1,0 +1,196 @@
+//! `skills_run(skill, path, args)`: a skill's bundled script, checked here
+//! (the skill is reachable, the script a regular file inside it, the
+//! arguments readable) and then run in a workspace by the sandbox, with the
+//! interpreter chosen by extension and no shell parsing the arguments.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use skillhost_engine::{ToolCall, ToolDef};
+
+use std::time::Duration;
+
+use super::shell::format_run;
+use super::skills::{failed, named_skill, skill_parameter, text_arg, ToolContext};
+use super::{args, Answer, CodeContext, ToolError};
+use crate::sandbox::actor::{self, Job, Purpose};
+use crate::skills::path_guard;
+use crate::skills::skill::Skill;
+
+/// A skill script's deadline.
+pub const SKILLS_RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn declaration(reachable: &BTreeSet<String>) -> ToolDef {
+    ToolDef {
+        name: "skills_run".into(),
+        description: "Run a script bundled with a skill, sandboxed, and return its output.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "skill": skill_parameter(reachable),
+                "path": {"type": "string", "description": "The script inside the skill, e.g. scripts/run.py."},
+                "args": {"type": "string", "description": "Arguments for the script, as a JSON array of strings."}
+            },
+            "required": ["skill", "path"]
+        }),
+    }
+}
+
+/// Script arguments: an array, a JSON array inside a string, or one string.
+pub fn script_args(args: &Map<String, Value>) -> Result<Vec<String>, String> {
+    let value = args.get("args").or_else(|| args.get("arguments"));
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => {
+            Ok(items.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).collect())
+        }
+        Some(Value::String(text)) if text.trim_start().starts_with('[') => serde_json::from_str::<Vec<String>>(text)
+            .map_err(|_| {
+                "args looks like a JSON array but is not one of strings; send [\"--flag\", \"value\"]".to_string()
+            }),
+        Some(Value::String(text)) if text.is_empty() => Ok(Vec::new()),
+        Some(Value::String(text)) => Ok(vec![text.clone()]),
+        Some(other) => Ok(vec![other.to_string()]),
+    }
+}
+
+/// A `skills_run` call that passed every check, ready to execute.
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    pub skill: Arc<Skill>,
+    /// The script, relative to the skill folder.
+    pub path: String,
+    pub args: Vec<String>,
+}
+
+/// Checks a `skills_run` call: the skill is reachable, the script is a
+/// regular file inside it, and the arguments are readable.
+pub fn prepare(context: &ToolContext, call: &ToolCall) -> Result<ScriptCall, Box<Answer>> {
+    let args = args::arguments(call);
+    if !context.allow_exec {
+        return Err(Box::new(failed(
+            "skills_run is not enabled on this server; read the script with skills_read instead.",
+            None,
+            None,
+        )));
+    }
+    let skill = named_skill(context, &args)?;
+    let mut path = text_arg(&args, &["path", "script", "file"]).unwrap_or_default();
+    if path.is_empty() {
+        return Err(Box::new(failed(
+            format!("Say which script to run, e.g. skills_run(skill=\"{}\", path=\"scripts/…\").", skill.id()),
+            Some(skill.id()),
+            None,
+        )));
+    }
+    if let Some(inner) = path.strip_prefix(&format!("{}/", skill.id())) {
+        if path_guard::open_file(&skill.root, &path).is_err() {
+            path = inner.to_string();
+        }
+    }
+    if let Err(err) = path_guard::open_file(&skill.root, &path) {
+        return Err(Box::new(failed(
+            format!("{}.", super::args::sentence_start(&err.to_string())),
+            Some(skill.id()),
+            Some(&path),
+        )));
+    }
+    let script_args = script_args(&args).map_err(|why| failed(format!("{why}."), Some(skill.id()), Some(&path)))?;
+    Ok(ScriptCall { skill: Arc::clone(skill), path, args: script_args })
+}
+
+/// The interpreter for a script, chosen by its extension and never by its
+/// first line.
+pub fn interpreter(script: &str) -> Option<&'static str> {
+    match script.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase())?.as_str() {
+        "py" => Some("/usr/bin/python3"),
+        "js" | "mjs" => Some("/usr/bin/node"),
+        "sh" | "bash" => Some("/bin/bash"),
+        _ => None,
+    }
+}
+
+/// Runs a skill's script in the workspace: the interpreter exec'd directly
+/// (no shell parses the arguments), the skill folder read-only.
+pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<Answer, ToolError> {
+    let path = &script.path;
+    let Some(program) = interpreter(path) else {
+        return Err(ToolError::Model(format!(
+            "'{path}' is not a script skills_run can run; it runs .py (python3), .js and .mjs (node), .sh and .bash (bash)."
+        )));
+    };
+    let Some(sandbox) = context.sandbox else {
+        return Err(ToolError::Model("Scripts cannot run on this server.".into()));
+    };
+    let skill_root = &script.skill.root;
+    let mut command = vec![program.to_string(), skill_root.join(path).display().to_string()];
+    command.extend(script.args.iter().cloned());
+    let root = context.workspace.path().to_path_buf();
+    let job = Job {
+        purpose: Purpose::Script,
+        workspace: root.clone(),
+        owner: context.workspace.owner(),
+        skill: Some(skill_root.clone()),
+        command,
+        timeout: SKILLS_RUN_TIMEOUT,
+    };
+    let finished = actor::run(sandbox, job)
+        .await
+        .map_err(|refusal| ToolError::Model(refusal.replace("The command did not run", "The script did not run")))?;
+    let mut header = format!("[skills_run: {path}");
+    for arg in &script.args {
+        header.push(' ');
+        header.push_str(&quoted(arg));
+    }
+    header.push(']');
+    let mut text = format_run(&header, &finished, &root, &root, SKILLS_RUN_TIMEOUT);
+    let ok = finished.ran.exit_code == Some(0);
+    if let Some(code) = finished.ran.exit_code {
+        text.push_str(&format!("[exit status {code}]\n"));
+    }
+    if let Some(gaps) = &finished.gaps {
+        text.push_str(gaps);
+        text.push('\n');
+    }
+    Ok(Answer {
+        text: text.trim_end().to_string(),
+        ok,
+        skill: Some(script.skill.id().to_string()),
+        detail: Some(path.clone()),
+        ..Answer::default()
+    })
+}
+
+/// An argument as a shell would need it written, so the header shows where
+/// each one starts and ends (nothing parses it: the script got it as is).
+fn quoted(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_arguments_show_their_bounds() {
+        assert_eq!(quoted("--flag"), "--flag");
+        assert_eq!(quoted("a b"), "'a b'");
+        assert_eq!(quoted(""), "''");
+        assert_eq!(quoted("it's"), "'it'\\''s'");
+    }
+
+    #[test]
+    fn interpreters_by_extension() {
+        assert_eq!(interpreter("scripts/a.py"), Some("/usr/bin/python3"));
+        assert_eq!(interpreter("x.MJS"), Some("/usr/bin/node"));
+        assert_eq!(interpreter("run.bash"), Some("/bin/bash"));
+        assert_eq!(interpreter("Makefile"), None);
+        assert_eq!(interpreter("tool.rb"), None);
+    }
+}
