@@ -74,13 +74,14 @@ pub fn run() {
         took
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let through_server = || {
+    let through = |launcher: &Launcher| {
         let started = Instant::now();
-        let ran = runtime.block_on(grouped_launcher.run(&run)).expect("the helper runs");
+        let ran = runtime.block_on(launcher.run(&run)).expect("the helper runs");
         let took = ms(started);
         assert_eq!(ran.exit_code, Some(0), "{}", ran.stderr);
         took
     };
+    let through_server = || through(&grouped_launcher);
     let trampoline = || {
         let mut command = Command::new(&helper);
         command.args(["sandbox-close-fds", "--", "/usr/bin/true"]);
@@ -92,9 +93,11 @@ pub fn run() {
     through_server();
     start(Command::new("/usr/bin/true"));
     let (mut sandboxed, mut served, mut plain, mut trampolined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ungrouped = Vec::new();
     for _ in 0..STARTS {
         sandboxed.push(start(plain_launcher.command(&run)));
         served.push(through_server());
+        ungrouped.push(through(&plain_launcher));
         plain.push(start(Command::new("/usr/bin/true")));
         trampolined.push(start(trampoline()));
     }
@@ -108,6 +111,12 @@ pub fn run() {
         "  `true` as the server runs it (own uid{}, output pipes): {served:.2} ms, ratio {:.1}× plain",
         if cgroups.is_some() { ", own control group" } else { "" },
         served / plain
+    );
+    let ungrouped = median(ungrouped);
+    println!(
+        "  the same without a control group: {ungrouped:.2} ms ({:.1}× plain); the group costs {:.2} ms",
+        ungrouped / plain,
+        served - ungrouped
     );
     println!(
         "  of which the descriptor-closing trampoline, run alone: {trampolined:.2} ms ({:.1}× plain)",
