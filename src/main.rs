@@ -61,6 +61,9 @@ fn report(result: Result<(String, bool), String>, on_error: ExitCode) -> ExitCod
     }
 }
 
+/// How long shutting down waits for a conversation's running call.
+const CONVERSATION_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Log filter when `RUST_LOG` is not set: llama.cpp's own load-time chatter
 /// (a hundred lines of tensor and buffer details) only shows when asked for.
 const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
@@ -296,6 +299,9 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
     });
     let result = running.await.map_err(|err| format!("the HTTP server failed: {err}"));
     let failed = matches!(server.status(), ModelStatus::Failed(_));
+    // Conversations' workspaces are not under the supervisor (they outlive
+    // requests): stop them so their folders (and tmpfs mounts) go now.
+    server.conversations().close_all(CONVERSATION_CLOSE_WAIT).await;
     server.shutdown();
     result?;
     if failed {

@@ -50,9 +50,26 @@ pub fn shipped_profile_dir() -> Result<PathBuf, String> {
 pub struct OwnedDir(pub PathBuf);
 
 impl Drop for OwnedDir {
+    /// Workspaces may be tmpfs mounts; a mount left behind (an actor that
+    /// did not get to delete its folder) would outlive the process, so any
+    /// mount beneath the folder is detached before the folder is removed.
     fn drop(&mut self) {
+        for mount in mounts_beneath(&self.0) {
+            let _ = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH);
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Mount points at or under `folder`, from this process's mount table.
+fn mounts_beneath(folder: &Path) -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    table
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(4))
+        .map(PathBuf::from)
+        .filter(|mount| mount.starts_with(folder))
+        .collect()
 }
 
 /// The server's own folder under `parent`: a random name (`skillhost-…`),

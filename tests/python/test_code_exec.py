@@ -91,6 +91,27 @@ def test_the_server_removes_its_own_folders_when_it_stops(start_server):
     assert len(made) == 1 and made[0].is_dir(), made
     assert str(server.process.pid) not in made[0].name
     assert oct(made[0].stat().st_mode & 0o777) == "0o711"
+    # A Web UI conversation keeps its workspace (a size-capped tmpfs when
+    # the server is root) after its request ends...
+    body = {
+        "messages": [{"role": "user", "content": "Use the shell tool to run: echo hello"}],
+        "tool_choice": {"type": "function", "function": {"name": "shell"}},
+        "maxTokens": 32,
+    }
+    response = httpx.post(server.url + "/api/chat", json=body, timeout=600)
+    assert response.status_code == 200, response.text
+    assert '"done":true' in response.text, response.text
+    kept = list(made[0].glob("workspaces/ws-*"))
+    assert len(kept) == 1, kept
+    if os.geteuid() == 0:
+        assert str(kept[0]) in mounts(), "the conversation's workspace is not a tmpfs"
+    # ...and the server removes it, mount and all, when it stops.
     server.stop()
     assert server.process.returncode == 0, "".join(server.log)
     assert not made[0].exists()
+    assert not [m for m in mounts() if m.startswith(str(made[0]))]
+
+
+def mounts():
+    with open("/proc/self/mountinfo") as table:
+        return [line.split()[4] for line in table]

@@ -116,6 +116,14 @@ impl Conversations {
         true
     }
 
+    /// Closes every conversation and waits for their folders to go.
+    pub async fn close_all(&self, timeout: Duration) {
+        let ids: Vec<String> = self.entries().keys().cloned().collect();
+        for id in ids {
+            self.close_and_wait(&id, timeout).await;
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
     }
