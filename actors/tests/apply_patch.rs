@@ -88,3 +88,28 @@ fn reports_say_what_changed_and_where_else_it_matched() {
         apply(work.path(), "*** Begin Patch\n*** Update File: a.txt\n-z\n+w\n*** End Patch\n").unwrap_err().to_string();
     assert!(err.contains("The file's real lines nearest to them:\n     1\ty\n     2\tx\n     3\tx\n"), "{err}");
 }
+
+#[test]
+fn file_size_cap_at_and_one_past() {
+    use skillhost_actors::tools::FILE_TOOL_MAX_BYTES;
+    let work = tempfile::tempdir().unwrap();
+    // A file of exactly the cap: one line "x" and padding lines of spaces.
+    let mut text = String::from("x\n");
+    while text.len() < FILE_TOOL_MAX_BYTES as usize {
+        let room = FILE_TOOL_MAX_BYTES as usize - text.len();
+        let line = " ".repeat(room.min(1000) - 1);
+        text.push_str(&line);
+        text.push('\n');
+    }
+    assert_eq!(text.len() as u64, FILE_TOOL_MAX_BYTES);
+    std::fs::write(work.path().join("at.txt"), &text).unwrap();
+    std::fs::write(work.path().join("past.txt"), format!("{text} ")).unwrap();
+    let patch = |name: &str| format!("*** Begin Patch\n*** Update File: {name}\n-x\n+y\n*** End Patch\n");
+    apply(work.path(), &patch("at.txt")).unwrap();
+    assert!(std::fs::read_to_string(work.path().join("at.txt")).unwrap().starts_with("y\n"));
+    let err = apply(work.path(), &patch("past.txt")).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("is {} bytes, more than the {FILE_TOOL_MAX_BYTES} bytes", FILE_TOOL_MAX_BYTES + 1)),
+        "{err}"
+    );
+}
