@@ -98,6 +98,10 @@ pub enum FormatError {
     /// The chat template refused the conversation.
     #[error("the model's chat template rejected the conversation: {0}")]
     Template(#[from] TemplateError),
+    /// The grammar's schema (tools and response format together) is past a
+    /// bound of [`crate::schema_limits`].
+    #[error("the tools' and response format's schema {0}")]
+    SchemaTooLarge(String),
 }
 
 /// A model's chat template plus the tool path chosen for it.
@@ -163,6 +167,11 @@ impl ChatFormat {
                 ResponseFormat::JsonSchema(schema) => Some(value_grammar(schema.clone())),
             }
         };
+        if let Some(spec) = &grammar {
+            // Each schema was checked where the request came in; together
+            // (many tools in one grammar) they may still pass a bound.
+            crate::schema_limits::check(&spec.schema).map_err(FormatError::SchemaTooLarge)?;
+        }
         Ok(PreparedPrompt {
             text,
             grammar,

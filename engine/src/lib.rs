@@ -23,6 +23,7 @@ pub mod format;
 mod grammar;
 pub mod prefix;
 pub mod sampling;
+pub mod schema_limits;
 pub mod template;
 pub mod text;
 pub mod tool_calls;

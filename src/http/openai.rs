@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::{ChatFinish, ChatRequest, Usage};
+use skillhost_engine::schema_limits;
 use skillhost_engine::{ChatMessage, ResponseFormat, Role, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
 
 use crate::http::error::ApiError;
@@ -359,6 +360,8 @@ impl ChatCompletionRequest {
                     ))
                 }
             };
+            let field = format!("tools[{index}].function.parameters");
+            schema_limits::check(&parameters).map_err(|why| ApiError::bad_param(&field, format!("{field} {why}")))?;
             tools.push(ToolDef { name, description: tool.function.description.unwrap_or_default(), parameters });
         }
         if tools.len() > MAX_TOOLS {
@@ -396,7 +399,12 @@ impl ChatCompletionRequest {
                 "text" => ResponseFormat::Text,
                 "json_object" => ResponseFormat::JsonObject,
                 "json_schema" => match format.json_schema.and_then(|s| s.schema) {
-                    Some(schema @ Value::Object(_)) => ResponseFormat::JsonSchema(schema),
+                    Some(schema @ Value::Object(_)) => {
+                        let field = "response_format.json_schema.schema";
+                        schema_limits::check(&schema)
+                            .map_err(|why| ApiError::bad_param(field, format!("{field} {why}")))?;
+                        ResponseFormat::JsonSchema(schema)
+                    }
                     Some(_) => {
                         return Err(ApiError::bad_param(
                             "response_format.json_schema.schema",

@@ -137,7 +137,42 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
         body.resize(MAX_JSON_BODY_BYTES + 1, b' ');
         body
     };
+    // The schema bomb that used to overflow the engine thread's stack and
+    // kill the process: 20,000 optional properties.
+    let bomb: serde_json::Map<String, Value> =
+        (0..20_000).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect();
+    let bomb = json!({"type": "object", "properties": bomb});
+    // 2,500 fit the byte bound but stalled decoding for a minute.
+    let stall: serde_json::Map<String, Value> =
+        (0..2_500).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect();
+    let stall = json!({"type": "object", "properties": stall});
+    // A body nested past serde_json's recursion limit, inside a field that
+    // takes any JSON (a tool's parameters), where nothing stops it early.
+    let deep = format!(
+        "{{\"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}], \"tools\": [{{\"type\": \"function\", \"function\": {{\"name\": \"t\", \"parameters\": {}1{}}}}}]}}",
+        "{\"a\": ".repeat(10_000),
+        "}".repeat(10_000)
+    );
     let cases = vec![
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(
+                json!({"messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": bomb}}}),
+            ),
+            400,
+            "response_format.json_schema.schema is 528922 bytes; a schema may have at most 262144",
+        ),
+        bad(
+            "POST",
+            "/v1/chat/completions",
+            json(
+                json!({"messages": user, "tools": [{"type": "function", "function": {"name": "t", "parameters": stall}}]}),
+            ),
+            400,
+            "tools[0].function.parameters has 2500 properties in one object; at most 128 are allowed",
+        ),
+        bad("POST", "/v1/chat/completions", deep.into_bytes(), 400, "recursion limit exceeded"),
         bad("POST", "/v1/chat/completions", "{\"messages\": [", 400, "the request body is not valid JSON"),
         bad("POST", "/v1/chat/completions", "", 400, "the request body is empty"),
         bad(
@@ -234,7 +269,8 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
         );
     }
 
-    // A body of exactly the limit is read (and then served).
+    // After all of that, including the bombs, the server still serves. A
+    // body of exactly the limit is read (and then served).
     let mut at_limit = json!({"messages": user, "max_tokens": 1}).to_string().into_bytes();
     at_limit.resize(MAX_JSON_BODY_BYTES, b' ');
     let request = test::TestRequest::post().uri("/v1/chat/completions").set_payload(at_limit).to_request();
