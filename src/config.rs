@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
-use skillhost_actors::chat_loop::{LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS};
+use skillhost_actors::chat_loop::{
+    LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
+};
 use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
@@ -126,6 +128,9 @@ pub struct ServeArgs {
     /// Tool rounds per turn, 1 to 64 [default: 8]
     #[arg(long = "skills-max-rounds", env = "SKILLHOST_SKILLS_MAX_ROUNDS")]
     pub skills_max_rounds: Option<u32>,
+    /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
+    #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT")]
+    pub turn_timeout: Option<u64>,
     /// Offer skills_run (running a skill's bundled scripts)
     #[arg(long = "skills-allow-exec", env = "SKILLHOST_SKILLS_ALLOW_EXEC")]
     pub skills_allow_exec: bool,
@@ -222,6 +227,7 @@ struct RawConfig {
     skills_watch: Option<bool>,
     skills_no_discovery: Option<bool>,
     skills_max_rounds: Option<u32>,
+    turn_timeout: Option<u64>,
     skills_allow_exec: Option<bool>,
     inline_selected_bodies: Option<bool>,
     code_exec: Option<bool>,
@@ -279,6 +285,7 @@ fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
             skills_watch: raw.skills_watch.or(file.skills_watch),
             skills_no_discovery: raw.skills_no_discovery.or(file.skills_no_discovery),
             skills_max_rounds: raw.skills_max_rounds.or(file.skills_max_rounds),
+            turn_timeout: raw.turn_timeout.or(file.turn_timeout),
             skills_allow_exec: raw.skills_allow_exec.or(file.skills_allow_exec),
             inline_selected_bodies: raw.inline_selected_bodies.or(file.inline_selected_bodies),
             code_exec: raw.code_exec.or(file.code_exec),
@@ -393,6 +400,11 @@ impl ServeArgs {
             inline_selected_bodies: self.inline_selected_bodies || file.inline_selected_bodies.unwrap_or(false),
             allow_exec: self.skills_allow_exec || file.skills_allow_exec.unwrap_or(false),
             code_temperature: self.code_exec_temperature.or(file.code_exec_temperature),
+            turn_timeout: match self.turn_timeout.or(file.turn_timeout) {
+                Some(0) => return Err(ConfigError("--turn-timeout must be at least 1 second".into())),
+                Some(seconds) => std::time::Duration::from_secs(seconds),
+                None => DEFAULT_TURN_TIMEOUT,
+            },
         };
         if let Some(t) = loop_settings.code_temperature {
             if !(0.0..=2.0).contains(&t) {

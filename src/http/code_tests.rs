@@ -50,6 +50,17 @@ async fn harness(outputs: Vec<String>) -> Harness {
 /// A server on the scripted model with the real sandbox; `skills` is a root
 /// of skills, `code_exec` offers the code tools, `allow_exec` `skills_run`.
 async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: bool, allow_exec: bool) -> Harness {
+    let settings = LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() };
+    harness_settings(outputs, skills, code_exec, settings).await
+}
+
+/// [`harness_with`], with the loop settings given whole.
+async fn harness_settings(
+    outputs: Vec<String>,
+    skills: Option<PathBuf>,
+    code_exec: bool,
+    settings: LoopSettings,
+) -> Harness {
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
@@ -85,7 +96,7 @@ async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: 
     let config = ServerConfig {
         model: ModelSource::Provided(backend.clone()),
         skills,
-        loop_settings: LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() },
+        loop_settings: settings,
         exec: Some(Arc::new(exec)),
         artifacts: Some(artifacts),
     };
@@ -424,4 +435,25 @@ async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
     assert!(chunks[running + 1..finished].iter().all(|c| *c == ": keep-alive"), "{body}");
     assert!(finished > running + 1, "no keep-alive while the command ran: {body}");
     assert!(chunks.last().unwrap().contains("\"done\":true"));
+}
+
+#[actix_web::test]
+async fn a_turn_ends_at_its_time_budget_and_says_so() {
+    let outputs = vec![call("shell", json!({"command": "sleep 47"})), "Never reached.".to_string()];
+    let settings = LoopSettings { turn_timeout: Duration::from_millis(1500), ..LoopSettings::default() };
+    let harness = harness_settings(outputs, None, true, settings).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Wait."}]});
+    let response: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    assert_eq!(response["choices"][0]["finish_reason"], "length", "{response}");
+    let content = response["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("the turn used its whole time budget of 1 s"), "{content}");
+    // The command was killed with the turn and its folder is gone.
+    assert_eq!(workspaces(harness.base.path()), 0);
+    let survivors = Command::new("pgrep").args(["-x", "-f", "sleep 47"]).output().unwrap();
+    assert!(survivors.stdout.is_empty(), "the command outlived its turn");
 }

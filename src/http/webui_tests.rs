@@ -313,3 +313,32 @@ async fn a_tool_result_too_long_for_the_context_becomes_a_note() {
     assert!(last.contains("[Result left out: too long for the context.] The result was"), "{last}");
     assert!(last.len() / 4 <= 3000);
 }
+
+#[actix_web::test]
+async fn a_looping_model_stops_at_the_turn_budget_and_repeats_are_answered_once() {
+    // Would call skills_read with the same arguments forever.
+    let looping = "<tool_call>\n{\"name\": \"skills_read\", \"arguments\": {\"skill\": \"notes\"}}\n</tool_call>";
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, vec![looping.to_string(); 20]).unwrap());
+    let app =
+        test::init_service(App::new().app_data(state_with(backend.clone(), true).await).configure(configure)).await;
+    // No `skills` field: discovery offers the catalog, as it does by default.
+    let body = json!({"messages": [{"role": "user", "content": "Hi."}], "max_tokens": 40});
+    let response: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request(),
+    )
+    .await;
+    // One budget of 40 generated tokens for the whole turn, not per round.
+    assert_eq!(response["choices"][0]["finish_reason"], "length", "{response}");
+    assert_eq!(response["usage"]["completion_tokens"], 40, "{response}");
+    let rounds = response["rounds"].as_array().unwrap().len();
+    assert!(rounds < 8, "{rounds} rounds");
+    // The second identical call, a round later, was not run again.
+    let prompts = backend.prompts();
+    assert!(prompts[1].contains("NOTE-7"), "round 1's read is answered");
+    assert!(
+        prompts[2].contains("Not run again: this call is identical to one already answered in round 1"),
+        "{}",
+        prompts[2]
+    );
+}

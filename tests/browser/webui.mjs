@@ -406,7 +406,9 @@ async function run() {
     });
     const bodies = [];
     await forceTool(page, 'skills_read', bodies);
-    await page.fill('#max-tokens', '128');
+    // maxTokens is the whole turn's budget: room for round 1's call (the
+    // small model repeats it) and round 2's answer.
+    await page.fill('#max-tokens', '512');
     await send(page, 'How do I upload a skill to skillhost?');
     await page.waitForFunction(
       () => window.__activitySeen.some((seen) => seen.shown && seen.text.includes('skills_read')),
@@ -420,7 +422,7 @@ async function run() {
     check(await page.isHidden('#activity') && !(await page.textContent('#activity')), 'the activity panel was not cleared when the turn ended');
     const body = bodies[0];
     check(
-      JSON.stringify(body?.skills) === '["skillhost-api"]' && body.skills_discovery === true && body.maxTokens === 128,
+      JSON.stringify(body?.skills) === '["skillhost-api"]' && body.skills_discovery === true && body.maxTokens === 512,
       `the page sent ${JSON.stringify({ skills: body?.skills, skills_discovery: body?.skills_discovery, maxTokens: body?.maxTokens })}`,
     );
     await page.uncheck('#skill-picker [data-skill="skillhost-api"]');

@@ -11,6 +11,7 @@ mod reasoning;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use skillhost_engine::{
@@ -49,8 +50,12 @@ pub const MAX_ROUNDS: u32 = 64;
 pub const MAX_SKILL_CALLS_PER_ROUND: usize = 8;
 /// Who makes the calls in a request without sub-agents.
 pub const ROOT_AGENT: &str = "/root";
+/// How long a turn may run unless the operator says otherwise: long enough
+/// for 24 rounds with a minute-long command in each, short enough that a
+/// looping model does not hold a slot for good.
+pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How long the end of a request waits for its workspace to be deleted.
-const WORKSPACE_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+const WORKSPACE_STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Server-wide loop settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +67,9 @@ pub struct LoopSettings {
     pub allow_exec: bool,
     /// Temperature for code turns whose request left it at the default.
     pub code_temperature: Option<f32>,
+    /// How long one turn may run, all rounds and tools together; then it
+    /// ends with what it has.
+    pub turn_timeout: Duration,
 }
 
 impl Default for LoopSettings {
@@ -72,6 +80,7 @@ impl Default for LoopSettings {
             inline_selected_bodies: false,
             allow_exec: false,
             code_temperature: None,
+            turn_timeout: DEFAULT_TURN_TIMEOUT,
         }
     }
 }
@@ -116,11 +125,23 @@ pub enum LoopMsg {
     Generated(GenerationEvent),
     /// Sent by the relay task when the engine's channel closed without a finish.
     EngineGone,
-    /// Sent by the round's tool task: the answers to our calls, in order.
-    ToolsAnswered(Vec<String>),
+    /// Sent by the round's tool task: the answers to our calls, in order,
+    /// and the calls answered so far that a repeat may point back to.
+    ToolsAnswered(Vec<String>, Vec<Answered>),
+    /// Sent by the turn's timer when the turn's time budget is spent.
+    TurnTimedOut,
     /// Sent by the round's tool task when a call could not be answered and
     /// the request cannot go on.
     ToolsFailed(ChatError),
+}
+
+/// A call answered in an earlier round, which an identical later call
+/// points back to instead of running again (until something is written).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    name: String,
+    arguments: serde_json::Map<String, serde_json::Value>,
+    round: u32,
 }
 
 /// A request's workspace, as the loop holds it.
@@ -185,6 +206,10 @@ pub struct LoopState {
     /// The task answering this round's calls; the mailbox stays free while
     /// it runs, and dropping it (the loop stopped) abandons it.
     tools_task: Option<AbortOnDrop>,
+    /// Read-only calls answered since the last call that wrote anything.
+    answered: Vec<Answered>,
+    /// Ends the turn at its time budget; dropped with the loop.
+    _timer: Option<AbortOnDrop>,
 }
 
 impl LoopState {
@@ -370,6 +395,8 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         run_id: format!("run-{}", output::new_call_id().trim_start_matches("call_")),
         pending: None,
         tools_task: None,
+        answered: Vec::new(),
+        _timer: None,
     }
 }
 
@@ -380,7 +407,13 @@ impl Actor for LoopActor {
 
     async fn pre_start(&self, myself: ActorRef<LoopMsg>, args: LoopArgs) -> Result<LoopState, ActorProcessingErr> {
         myself.cast(LoopMsg::Run)?;
-        Ok(prepare_state(&myself, args).await)
+        let mut state = prepare_state(&myself, args).await;
+        let (timer, budget) = (myself.clone(), state.settings.turn_timeout);
+        state._timer = Some(AbortOnDrop::new(tokio::spawn(async move {
+            tokio::time::sleep(budget).await;
+            let _ = timer.cast(LoopMsg::TurnTimedOut);
+        })));
+        Ok(state)
     }
 
     async fn post_stop(&self, _myself: ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
@@ -442,8 +475,9 @@ impl Actor for LoopActor {
                 state.end(ChatEvent::Failed(chat_error(EngineError::Stopped))).await;
                 myself.stop(None);
             }
-            LoopMsg::ToolsAnswered(answers) => {
+            LoopMsg::ToolsAnswered(answers, answered) => {
                 state.tools_task = None;
+                state.answered = answered;
                 if tools_answered(state, answers).await {
                     let _ = myself.cast(LoopMsg::Run);
                 } else {
@@ -453,6 +487,30 @@ impl Actor for LoopActor {
             LoopMsg::ToolsFailed(err) => {
                 state.tools_task = None;
                 state.end(ChatEvent::Failed(err)).await;
+                myself.stop(None);
+            }
+            LoopMsg::TurnTimedOut => {
+                // Whatever runs stops here: the round's generation (its
+                // relay) and any tool call (its task, and with it the wait
+                // for a command the sandbox actor then kills when the loop
+                // stops).
+                state.relay = None;
+                state.tools_task = None;
+                state.pending = None;
+                // Stopping the sandbox actor kills a running command at once
+                // (in its post_stop), so the workspace actor's call returns
+                // and its folder can go.
+                if let Some(sandbox) = state.sandbox.take() {
+                    let _ = sandbox.stop_and_wait(None, Some(WORKSPACE_STOP_TIMEOUT)).await;
+                }
+                let separator = if state.content_sent { "\n\n" } else { "" };
+                let seconds = state.settings.turn_timeout.as_secs();
+                let note = format!(
+                    "{separator}[This answer was cut short: the turn used its whole time budget of {seconds} s.]"
+                );
+                let mut started = true;
+                state.emit_content(note, &mut started);
+                finish(state, ChatFinish::Length, Timings::default()).await;
                 myself.stop(None);
             }
         }
@@ -514,7 +572,9 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
     let generate = GenerateRequest {
         prompt: prepared.text,
         sampling: state.request.sampling.clone(),
-        max_tokens: state.request.max_tokens,
+        // The budget is the turn's, across every round, as OpenAI's API
+        // counts it: each round gets what the earlier ones left.
+        max_tokens: remaining_budget(state).map(|left| left.max(1)),
         stops,
         grammar: prepared.grammar,
     };
@@ -579,6 +639,12 @@ fn shrink_last_results(state: &mut LoopState, n_prompt: usize, n_ctx: usize) -> 
 
 /// How a tool result that did not fit the context begins.
 const TOO_LONG_NOTE: &str = "[Result left out: too long for the context.]";
+
+/// Generated tokens the turn may still spend; `None` without a budget.
+fn remaining_budget(state: &LoopState) -> Option<u32> {
+    let spent = u32::try_from(state.usage.completion_tokens).unwrap_or(u32::MAX);
+    state.request.max_tokens.map(|budget| budget.saturating_sub(spent))
+}
 
 /// What follows a finished round.
 enum Next {
@@ -660,10 +726,11 @@ fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
         run_id: state.run_id.clone(),
     };
     let calls = pending.ours.clone();
+    let mut answered = state.answered.clone();
     let reply_to = myself.clone();
     state.tools_task = Some(AbortOnDrop::new(tokio::spawn(async move {
-        let message = match runner.answer_all(&calls).await {
-            Ok(answers) => LoopMsg::ToolsAnswered(answers),
+        let message = match runner.answer_all(&calls, &mut answered).await {
+            Ok(answers) => LoopMsg::ToolsAnswered(answers, answered),
             Err(err) => LoopMsg::ToolsFailed(err),
         };
         let _ = reply_to.cast(message);
@@ -689,6 +756,13 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
         result.tool_call_id = Some(call.id.clone());
         result.name = Some(call.name.clone());
         state.history.push(result);
+    }
+    // The turn's token budget is spent: the calls the model made were
+    // answered (their effects, a written file, happen as asked), but no
+    // round follows to read the answers.
+    if remaining_budget(state) == Some(0) {
+        finish(state, ChatFinish::Length, timings).await;
+        return false;
     }
     if state.round >= state.settings.max_rounds {
         state.history.push(ChatMessage::new(
@@ -749,9 +823,14 @@ impl ToolRunner {
 
     /// Answers our calls in order, at most [`MAX_SKILL_CALLS_PER_ROUND`],
     /// and reports each one. A call repeated word for word is answered once.
-    async fn answer_all(&self, calls: &[ToolCall]) -> Result<Vec<String>, ChatError> {
+    async fn answer_all(&self, calls: &[ToolCall], answered: &mut Vec<Answered>) -> Result<Vec<String>, ChatError> {
         let mut texts = Vec::with_capacity(calls.len());
         for (index, call) in calls.iter().enumerate() {
+            let arguments = tools::args::arguments(call);
+            let earlier_round = answered
+                .iter()
+                .find(|a| a.name == call.name && a.arguments == arguments && a.round < self.round)
+                .map(|a| a.round);
             // Small models often repeat a call word for word in one turn.
             // Running it again would repeat a side effect, and repeating a
             // file read can overflow the context on its own.
@@ -768,6 +847,10 @@ impl ToolRunner {
                     "Not run again: this call is identical to call {} of this turn; its result above applies.",
                     earlier + 1
                 ))
+            } else if let Some(round) = earlier_round {
+                Answer::done(format!(
+                    "Not run again: this call is identical to one already answered in round {round}, and nothing has changed since; its result above applies. Answer with what you have, or make a different call."
+                ))
             } else {
                 match self.answer(tool, call).await {
                     Ok(answer) => answer,
@@ -775,6 +858,13 @@ impl ToolRunner {
                     Err(ToolError::Fatal(message)) => return Err(ChatError::Engine(message)),
                 }
             };
+            // A call that may have changed something (a write, a command)
+            // makes every earlier answer stale; a read is remembered.
+            if tool.is_none_or(Tool::writes) {
+                answered.clear();
+            } else if index < MAX_SKILL_CALLS_PER_ROUND && repeat_of.is_none() && earlier_round.is_none() {
+                answered.push(Answered { name: call.name.clone(), arguments, round: self.round });
+            }
             tracing::info!(tool = %call.name, skill = ?answer.skill, detail = ?answer.detail, ok = answer.ok, round = self.round, "tool answered");
             let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));
             if is_skill_tool && repeat_of.is_none() && index < MAX_SKILL_CALLS_PER_ROUND {

@@ -76,6 +76,8 @@ impl ModelBackend for ScriptedBackend {
 
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
         let n_prompt = request.prompt.len().div_ceil(4);
+        // Like the engine, a piece is a token and the budget cuts the output.
+        let budget = request.max_tokens.map_or(usize::MAX, |n| n as usize);
         let n_ctx = self.info.n_ctx as usize;
         if self.limit_context && n_prompt > n_ctx {
             return Box::pin(async move { Err(EngineError::PromptTooLong { n_prompt, n_ctx }) });
@@ -89,7 +91,12 @@ impl ModelBackend for ScriptedBackend {
             let (events, receiver) = mpsc::unbounded_channel();
             let mut pieces = 0;
             let mut rest = output.as_str();
+            let mut reason = FinishReason::Stop;
             while !rest.is_empty() {
+                if pieces == budget {
+                    reason = FinishReason::Length;
+                    break;
+                }
                 let mut cut = PIECE_BYTES.min(rest.len());
                 while !rest.is_char_boundary(cut) {
                     cut += 1;
@@ -99,7 +106,7 @@ impl ModelBackend for ScriptedBackend {
                 pieces += 1;
             }
             let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
-            let _ = events.send(GenerationEvent::Finished { reason: FinishReason::Stop, timings });
+            let _ = events.send(GenerationEvent::Finished { reason, timings });
             Ok(Submitted { events: receiver, n_prompt })
         })
     }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -66,6 +66,9 @@ pub struct SandboxState {
     settings: Arc<ExecSettings>,
     /// Commands still running, by number; dropping one kills its group.
     running: HashMap<u64, AbortOnDrop>,
+    /// The process group of each running command, to kill at once on stop
+    /// (an aborted task drops its guard only when the runtime next polls it).
+    groups: Arc<Mutex<HashMap<u64, i32>>>,
     /// The next command's number.
     next: u64,
 }
@@ -107,7 +110,18 @@ impl Actor for SandboxActor {
         _myself: ActorRef<SandboxMsg>,
         settings: Arc<ExecSettings>,
     ) -> Result<SandboxState, ActorProcessingErr> {
-        Ok(SandboxState { settings, running: HashMap::new(), next: 0 })
+        Ok(SandboxState { settings, running: HashMap::new(), groups: Arc::default(), next: 0 })
+    }
+
+    /// Kills whatever still runs. ractor hands a stopped actor's state to its
+    /// supervisor, which may drop it much later, so the commands go here.
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SandboxMsg>,
+        state: &mut SandboxState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.running.clear();
+        Ok(())
     }
 
     async fn handle(
@@ -128,8 +142,17 @@ impl Actor for SandboxActor {
                 let number = state.next;
                 state.next += 1;
                 let settings = Arc::clone(&state.settings);
+                let groups = Arc::clone(&state.groups);
                 let task = tokio::spawn(async move {
-                    let result = run_job(&settings, &job, unconfined).await.map(|ran| Finished { ran, gaps });
+                    let record = |pgid| {
+                        if let Ok(mut groups) = groups.lock() {
+                            groups.insert(number, pgid);
+                        }
+                    };
+                    let result = run_job(&settings, &job, unconfined, record).await.map(|ran| Finished { ran, gaps });
+                    if let Ok(mut groups) = groups.lock() {
+                        groups.remove(&number);
+                    }
                     let _ = reply.send(result);
                     let _ = myself.cast(SandboxMsg::Ended(number));
                 });
@@ -144,7 +167,12 @@ impl Actor for SandboxActor {
     }
 }
 
-async fn run_job(settings: &ExecSettings, job: &Job, unconfined: bool) -> Result<Ran, String> {
+async fn run_job(
+    settings: &ExecSettings,
+    job: &Job,
+    unconfined: bool,
+    started: impl FnOnce(i32),
+) -> Result<Ran, String> {
     let (profile, network) = match job.purpose {
         Purpose::Shell => ("code-exec", settings.shell_network),
         Purpose::Script => ("skills-run", settings.skills_network),
@@ -160,7 +188,7 @@ async fn run_job(settings: &ExecSettings, job: &Job, unconfined: bool) -> Result
         command: &job.command,
         timeout: job.timeout,
     };
-    settings.launcher.run(&run).await.map_err(|err| format!("The command did not run: {err}."))
+    settings.launcher.run_with(&run, started).await.map_err(|err| format!("The command did not run: {err}."))
 }
 
 /// Runs a job on a request's sandbox actor and waits for its end.

@@ -153,13 +153,19 @@ impl Launcher {
 
     /// Runs one command through the helper.
     pub async fn run(&self, run: &Run<'_>) -> Result<Ran, String> {
+        self.run_with(run, |_| {}).await
+    }
+
+    /// [`Launcher::run`], telling `started` the process group id as soon as
+    /// the helper runs, so an owner can kill the group at once if it must.
+    pub async fn run_with(&self, run: &Run<'_>, started: impl FnOnce(i32)) -> Result<Ran, String> {
         let group = match &self.cgroups {
             Some(cgroups) => {
                 Some(cgroups.create().map_err(|err| format!("cannot create the command's control group: {err}"))?)
             }
             None => None,
         };
-        let result = self.run_in(run, group.as_ref()).await;
+        let result = self.run_in(run, group.as_ref(), started).await;
         let out_of_memory = group.as_ref().is_some_and(CommandGroup::hit_memory_limit);
         // Removing the group kills what is left in it and waits for the
         // kernel to reap it: a short blocking wait, off the async threads.
@@ -169,11 +175,19 @@ impl Launcher {
         result.map(|ran| Ran { out_of_memory, ..ran })
     }
 
-    async fn run_in(&self, run: &Run<'_>, group: Option<&CommandGroup>) -> Result<Ran, String> {
+    async fn run_in(
+        &self,
+        run: &Run<'_>,
+        group: Option<&CommandGroup>,
+        started: impl FnOnce(i32),
+    ) -> Result<Ran, String> {
         let mut command = tokio::process::Command::from(self.command_in(run, group));
         command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
         let guard = GroupGuard(child.id().map(|id| id as i32));
+        if let Some(pgid) = guard.0 {
+            started(pgid);
+        }
         let stdout = child.stdout.take().ok_or("the helper has no stdout")?;
         let stderr = child.stderr.take().ok_or("the helper has no stderr")?;
         let outputs = tokio::spawn(async move { tokio::join!(read_capped(stdout), read_capped(stderr)) });
