@@ -265,7 +265,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
         let snapshot = skills.snapshot();
         tracing::info!(skills = snapshot.skills.len(), errors = snapshot.errors.len(), "skills registry loaded");
         for error in &snapshot.errors {
-            tracing::warn!(path = %error.path.display(), "a skill did not load: {}", error.message);
+            tracing::warn!(path = ?error.path, message = ?error.message, "a skill did not load");
         }
     }
     let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;

@@ -658,7 +658,8 @@ enum Next {
 async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timings) -> Next {
     let end = state.output.finish();
     for diagnostic in &end.diagnostics {
-        tracing::info!(%diagnostic, round = state.round, "the model's tool call was not read");
+        // Debug formatting escapes newlines: model text cannot forge a log line.
+        tracing::info!(?diagnostic, round = state.round, "the model's tool call was not read");
     }
     if !end.reasoning_delta.is_empty() {
         state.emit(ChatEvent::Reasoning(end.reasoning_delta));
@@ -865,7 +866,7 @@ impl ToolRunner {
             } else if index < MAX_SKILL_CALLS_PER_ROUND && repeat_of.is_none() && earlier_round.is_none() {
                 answered.push(Answered { name: call.name.clone(), arguments, round: self.round });
             }
-            tracing::info!(tool = %call.name, skill = ?answer.skill, detail = ?answer.detail, ok = answer.ok, round = self.round, "tool answered");
+            tracing::info!(tool = ?call.name, skill = ?answer.skill, detail = ?answer.detail, ok = answer.ok, round = self.round, "tool answered");
             let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));
             if is_skill_tool && repeat_of.is_none() && index < MAX_SKILL_CALLS_PER_ROUND {
                 self.emit(ChatEvent::SkillStep(SkillStep {
