@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 BROWSER_TESTS := tests/browser
 
-.PHONY: run test bench eval fuzz build deps browser-deps model test-models lint
+.PHONY: run test bench eval fuzz soak build deps browser-deps model test-models lint
 
 run: deps model build
 	./target/release/skillhost serve --config config/skillhost.yaml
@@ -30,6 +30,12 @@ lint:
 FUZZ_CASES ?= 20000
 fuzz: deps
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release -p skillhost-actors --test fuzz
+
+# Concurrent streaming clients that hang up at random for SOAK_MINUTES, then
+# checks nothing was left behind (`make test` runs a 45-second one).
+SOAK_MINUTES ?= 10
+soak: deps model build $(VENV)/.installed
+	$(VENV)/bin/python tests/python/soak.py --minutes $(SOAK_MINUTES)
 
 bench: deps model
 	$(CARGO) run --release -p skillhost-bench

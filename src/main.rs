@@ -23,12 +23,12 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::{web, App, HttpServer};
-use clap::Parser;
+use clap::FromArgMatches;
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
-use config::{Cli, Command, LogFormat, SandboxModeArg, ServeConfig};
+use config::{Cli, Command, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
@@ -77,7 +77,12 @@ fn main() -> ExitCode {
         eprintln!("sandbox: {}", sandbox_exec::close_fds_and_exec(&raw[3..]));
         return ExitCode::from(sandbox_exec::SANDBOX_FAILURE);
     }
-    let cli = Cli::parse();
+    let definition = config::command();
+    let matches = definition.clone().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     match cli.command {
         // First, before anything could start a thread: birdcage needs a
         // single-threaded process.
@@ -88,62 +93,93 @@ fn main() -> ExitCode {
                 ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
             }
         },
-        Command::RunSandboxed(args) => match sandbox_cli::run_sandboxed(args) {
-            Ok(code) => ExitCode::from(code),
-            Err(err) => {
-                eprintln!("error: {err}");
-                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
-            }
-        },
+        Command::RunSandboxed(args) => run_sandboxed(args),
         Command::Doctor(args) => report(sandbox_cli::doctor(args), ExitCode::FAILURE),
         Command::ApplyPatch(args) => report(patch_cli::run(&args, std::io::stdin().lock()), ExitCode::from(2)),
-        Command::ListSkills(args) => match args.resolve() {
-            Ok(skills) => {
-                print!("{}", list_skills::render(skills.as_ref()));
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("error: {err}");
-                ExitCode::from(2)
-            }
-        },
-        Command::Serve(args) if args.list_skills => match args.resolve_list_skills() {
-            Ok(skills) => {
-                print!("{}", list_skills::render(skills.as_ref()));
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("error: {err}");
-                ExitCode::from(2)
-            }
-        },
-        Command::Serve(args) => {
-            let config = match args.resolve() {
-                Ok(config) => config,
+        Command::ListSkills(_) => print_skills(
+            config::layered::<ListSkillsArgs>(&definition, &matches, "list-skills").and_then(|(a, _)| a.resolve()),
+        ),
+        Command::Serve(given) => {
+            let (args, merged) = match config::layered::<ServeArgs>(&definition, &matches, "serve") {
+                Ok(layered) => layered,
                 Err(err) => {
                     eprintln!("error: {err}");
                     return ExitCode::from(2);
                 }
             };
-            init_logging(config.log_format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .on_thread_start(sched::mark_as_batch_work)
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    tracing::error!(error = %err, "cannot start the async runtime");
-                    return ExitCode::FAILURE;
+            if given.print_config {
+                if let Some(serve) = definition.find_subcommand("serve") {
+                    print!("{}", merged.render(serve));
                 }
-            };
-            match runtime.block_on(serve(config)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(message) => {
-                    tracing::error!("{message}");
-                    ExitCode::FAILURE
-                }
+                // Like `nginx -T`: the settings are also checked.
+                return match args.resolve() {
+                    Ok(_) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("error: {err}");
+                        ExitCode::from(2)
+                    }
+                };
             }
+            if given.list_skills {
+                return print_skills(args.resolve_list_skills());
+            }
+            serve_command(args)
+        }
+    }
+}
+
+/// `list-skills` and `serve --list-skills`: the registry, or why not.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+fn print_skills(skills: Result<Option<skillhost_actors::skills::SkillsConfig>, config::ConfigError>) -> ExitCode {
+    match skills {
+        Ok(skills) => {
+            print!("{}", list_skills::render(skills.as_ref()));
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn run_sandboxed(args: sandbox_cli::RunSandboxedArgs) -> ExitCode {
+    match sandbox_cli::run_sandboxed(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+        }
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn serve_command(args: ServeArgs) -> ExitCode {
+    let config = match args.resolve() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(sched::mark_as_batch_work)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -241,6 +277,69 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
     Ok((Some(runtime), Some(artifacts), owned))
 }
 
+/// SIGHUP (what `systemctl reload` sends): re-read the key files and
+/// rescan the skills roots, without dropping a connection.
+fn reload_on_hangup(access: Arc<http::access::Access>, server: skillhost_actors::Server) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; key files and skills are read only at start-up");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reading key files and rescanning skills");
+            if let Err(err) = access.reload() {
+                tracing::error!("the keys in force are unchanged: {err}");
+            }
+            if let Some(skills) = server.skills() {
+                if let Err(err) = skills.rescan().await {
+                    tracing::error!("the skills rescan failed: {err}");
+                }
+            }
+        }
+    });
+}
+
+/// One line per capability this deployment grants, so an operator reading
+/// the log sees what it allows.
+fn log_capabilities(config: &ServeConfig) {
+    let exec = &config.exec;
+    let on = |b: bool| if b { "on" } else { "off" };
+    tracing::info!("capability: code execution (--code-exec) {}", on(exec.code_exec));
+    tracing::info!("capability: skill scripts (--skills-allow-exec) {}", on(config.loop_settings.allow_exec));
+    if exec.code_unconfined {
+        tracing::warn!("capability: shell commands run WITHOUT the sandbox (--code-exec-unconfined)");
+    }
+    if exec.code_network {
+        tracing::warn!("capability: shell commands may use the host's network (--code-exec-allow-network)");
+    }
+    if exec.skills_network {
+        tracing::warn!("capability: skill scripts may use the host's network (--skills-allow-network)");
+    }
+    tracing::info!("capability: sandbox mode {:?}", exec.mode);
+    let access = &config.access;
+    match (access.user_keys_configured(), config.host.is_loopback()) {
+        (true, _) => tracing::info!(
+            "capability: keys on (chat and model routes need a key; admin routes {})",
+            if access.admin_keys.is_empty() && access.admin_key_file.is_none() {
+                "are refused: no --admin-key"
+            } else {
+                "need an admin key"
+            }
+        ),
+        (false, true) => tracing::info!("capability: keys off (bound to a loopback address)"),
+        (false, false) => {
+            tracing::warn!("capability: keys OFF on a non-loopback address (--insecure-no-auth): anyone who reaches the port may use this server")
+        }
+    }
+    tracing::info!(
+        "capability: /metrics {}",
+        if access.metrics_key.is_some() { "needs --metrics-key" } else { "open" }
+    );
+    if !access.allowed_origins.is_empty() {
+        tracing::info!("capability: browser pages from {} may call the API", access.allowed_origins.join(", "));
+    }
+}
+
 fn detail_suffix(detail: &str) -> String {
     if detail.is_empty() {
         String::new()
@@ -250,6 +349,7 @@ fn detail_suffix(detail: &str) -> String {
 }
 
 async fn serve(config: ServeConfig) -> Result<(), String> {
+    log_capabilities(&config);
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
     let (exec, artifacts, _own_folders) = exec_runtime(&config).await?;
@@ -268,12 +368,16 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
             tracing::warn!(path = ?error.path, message = ?error.message, "a skill did not load");
         }
     }
+    let access = Arc::new(http::access::Access::new(config.access.clone(), config.host));
+    reload_on_hangup(access.clone(), server.clone());
     let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;
     let state = web::Data::new(http::AppState {
         server: server.clone(),
         metrics,
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         keep_alive: http::webui::KEEP_ALIVE,
+        access: access.clone(),
+        admission: http::access::Admission::new(config.engine.n_parallel as usize, config.max_queued as usize),
     });
     // Listen first so /health answers 503 while the model loads.
     let http_server = HttpServer::new(move || {

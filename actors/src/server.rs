@@ -13,6 +13,7 @@ use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::SkillsMsg;
+use crate::skills::install::InstallError;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::workspace::conversations::Conversations;
@@ -74,6 +75,7 @@ pub struct SkillsHandle {
     snapshot: watch::Receiver<Arc<Snapshot>>,
     /// Whether uploads have somewhere to go.
     pub installable: bool,
+    install_dir: Option<std::path::PathBuf>,
 }
 
 impl SkillsHandle {
@@ -100,8 +102,23 @@ impl SkillsHandle {
             .ok_or_else(|| SkillsError::Unavailable("the rescan did not finish".into()))
     }
 
+    /// A file to stream an upload into: in the install folder (made on the
+    /// first upload), so a large archive lands on the same disk as the
+    /// skill it becomes and never in memory; its `.upload-` name keeps the
+    /// watcher from reacting to it. Deleted when dropped.
+    pub fn upload_file(&self) -> Result<tempfile::NamedTempFile, SkillsError> {
+        let Some(dir) = &self.install_dir else {
+            return Err(SkillsError::Forbidden("this server has no skills install folder, so uploads are off".into()));
+        };
+        let io = |err: std::io::Error| {
+            SkillsError::Install(InstallError::Io(format!("cannot stage the upload in {}: {err}", dir.display())))
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        tempfile::Builder::new().prefix(".upload-").suffix(".zip").tempfile_in(dir).map_err(io)
+    }
+
     /// Installs an uploaded archive; returns the skill's id.
-    pub async fn install(&self, archive: Vec<u8>, overwrite: bool) -> Result<String, SkillsError> {
+    pub async fn install(&self, archive: std::fs::File, overwrite: bool) -> Result<String, SkillsError> {
         let actor = self.actor().await?;
         actor
             .call(|reply| SkillsMsg::Install { archive, overwrite, reply }, Some(INSTALL_TIMEOUT))
@@ -146,7 +163,8 @@ impl Server {
     /// returns; the model loads in the background.
     pub async fn start(config: ServerConfig) -> Result<Server, String> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
-        let installable = config.skills.as_ref().is_some_and(|s| s.install_dir.is_some());
+        let install_dir = config.skills.as_ref().and_then(|s| s.install_dir.clone());
+        let installable = install_dir.is_some();
         let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
         let (skills_args, snapshot) = match config.skills {
             Some(skills) => {
@@ -169,7 +187,12 @@ impl Server {
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
         let artifacts = ractor::call_t!(supervisor, SupervisorMsg::Artifacts, 5_000)
             .map_err(|err| format!("cannot reach the supervisor: {err}"))?;
-        let skills = snapshot.map(|snapshot| SkillsHandle { supervisor: supervisor.clone(), snapshot, installable });
+        let skills = snapshot.map(|snapshot| SkillsHandle {
+            supervisor: supervisor.clone(),
+            snapshot,
+            installable,
+            install_dir: install_dir.clone(),
+        });
         Ok(Server { supervisor, status, skills, exec: config.exec, artifacts, conversations, allows_scripts })
     }
 

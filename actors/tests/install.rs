@@ -86,7 +86,13 @@ fn snapshot(install: &Path) -> Snapshot {
 }
 
 fn install(setup: &Setup, archive: &[u8], overwrite: bool) -> Result<String, InstallError> {
-    install_archive(archive, &setup.install, overwrite, &snapshot(&setup.install), ZipLimits::default())
+    install_archive(
+        std::io::Cursor::new(archive),
+        &setup.install,
+        overwrite,
+        &snapshot(&setup.install),
+        ZipLimits::default(),
+    )
 }
 
 /// Everything under a folder, as relative paths.
@@ -288,7 +294,10 @@ fn whole_archive_limit() {
     let files = [("pdf/SKILL.md", SKILL_MD.as_bytes()), ("pdf/a.bin", &[1u8; 600][..])];
     let total = (SKILL_MD.len() + 600) as u64;
     let current = snapshot(&setup.install);
-    assert!(install_archive(&zip_of(&files), &setup.install, false, &current, limits(total)).is_ok());
-    let err = install_archive(&zip_of(&files), &setup.install, true, &current, limits(total - 1)).unwrap_err();
+    assert!(
+        install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, false, &current, limits(total)).is_ok()
+    );
+    let err = install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, true, &current, limits(total - 1))
+        .unwrap_err();
     assert!(err.to_string().contains(&format!("the archive decompresses to more than {} bytes", total - 1)), "{err}");
 }

@@ -8,6 +8,8 @@
 //!    time to first token at 8 streams.
 //! 4. Prompt tokens re-decoded on a conversation's second turn over the
 //!    tokens that turn added.
+//! 5. A running stream's longest pause while an 8 MB prompt arrives, over
+//!    its longest pause alone.
 //!
 //! Before those, the skills registry: scan time for 10, 100 and 512
 //! generated skills, cold and warm, and ZIP install throughput; then code
@@ -22,6 +24,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
 mod exec;
+mod huge;
 mod skills;
 mod webui;
 
@@ -268,9 +271,16 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec` or `model` runs one part.
+    // `skillhost-bench skills`, `exec`, `webui`, `model` or `huge` (row 5
+    // alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if only.as_deref() == Some("huge") {
+        let server = ServerProcess::start(std::thread::available_parallelism().map_or(1, |n| n.get()) as i32);
+        let (alone, during, refused) = huge::run(&server.url);
+        println!("longest pause alone {alone:.1} ms, while an 8 MB prompt arrives {during:.1} ms, refused after {refused:.0} ms");
+        return;
+    }
     if wanted("skills") {
         println!("skills registry and installs:");
         skills::run();
@@ -363,6 +373,8 @@ fn main() {
     let new_tokens = second["usage"]["prompt_tokens"].as_u64().expect("usage") - known;
     let redecoded = second["timings"]["prompt_n"].as_u64().expect("timings");
 
+    let (alone_pause, huge_pause, huge_refused) = huge::run(&server.url);
+
     let single = aggregate[0].1;
     println!();
     println!(
@@ -394,5 +406,9 @@ fn main() {
     println!(
         "| 4 | second-turn prompt tokens decoded ÷ new tokens | {redecoded} | {new_tokens} | {:.2} | 1.0 |",
         redecoded as f64 / new_tokens.max(1) as f64
+    );
+    println!(
+        "| 5 | longest pause of a running stream while an 8 MB prompt arrives ÷ alone (ms; refused after {huge_refused:.0} ms) | {huge_pause:.1} | {alone_pause:.1} | {:.2} | ≤ 2 |",
+        huge_pause / alone_pause
     );
 }

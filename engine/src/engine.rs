@@ -14,6 +14,8 @@ use crate::error::EngineError;
 use crate::executor;
 use crate::format::{ChatFormat, GrammarSpec};
 use crate::sampling::SamplingParams;
+use crate::tokenizer::Tokenizer;
+use llama_cpp_2::token::LlamaToken;
 
 /// Largest default context: the model's training context is used up to this
 /// many tokens unless `--ctx-size` says otherwise, so a 128k-context model does
@@ -138,6 +140,8 @@ pub struct EngineStats {
 pub(crate) enum Command {
     Submit {
         request: Box<GenerateRequest>,
+        /// The prompt, tokenized by the submitter.
+        tokens: Vec<LlamaToken>,
         reply: oneshot::Sender<Result<Submitted, EngineError>>,
     },
     /// Makes the engine thread panic, to test recovery.
@@ -161,6 +165,7 @@ pub struct Engine {
     commands: std::sync::mpsc::Sender<Command>,
     info: Arc<ModelInfo>,
     stats: Arc<EngineStats>,
+    tokenizer: Arc<Tokenizer>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -191,7 +196,7 @@ impl Engine {
             });
         }
         match loaded_rx.recv() {
-            Ok(Ok(info)) => Ok((Engine { commands, info: Arc::new(info), stats }, exit_rx)),
+            Ok(Ok((info, tokenizer))) => Ok((Engine { commands, info: Arc::new(info), stats, tokenizer }, exit_rx)),
             Ok(Err(err)) => Err(err),
             Err(_) => Err(EngineError::Stopped),
         }
@@ -207,9 +212,32 @@ impl Engine {
 
     /// Queues a request. The prompt is tokenized and the grammar compiled
     /// before this returns, so their errors come back here, not as events.
+    /// Tokenizing runs on a blocking thread, never the engine thread: a
+    /// prompt of megabytes costs its own request time, not every stream's.
     pub async fn submit(&self, request: GenerateRequest) -> Result<Submitted, EngineError> {
+        let tokenizer = Arc::clone(&self.tokenizer);
+        let (request, tokens) = tokio::task::spawn_blocking(move || {
+            let tokens = if request.prompt.len() > LARGE_PROMPT_BYTES {
+                at_idle_priority(|| tokenizer.prompt(&request.prompt))
+            } else {
+                tokenizer.prompt(&request.prompt)
+            };
+            (request, tokens)
+        })
+        .await
+        .map_err(|_| EngineError::Stopped)?;
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        // One token of room is needed to generate anything.
+        let n_ctx = self.info.n_ctx as usize;
+        if tokens.len() >= n_ctx {
+            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx });
+        }
         let (reply, reply_rx) = oneshot::channel();
-        self.commands.send(Command::Submit { request: Box::new(request), reply }).map_err(|_| EngineError::Stopped)?;
+        self.commands
+            .send(Command::Submit { request: Box::new(request), tokens, reply })
+            .map_err(|_| EngineError::Stopped)?;
         reply_rx.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -218,6 +246,29 @@ impl Engine {
     pub fn inject_panic(&self) {
         let _ = self.commands.send(Command::Panic);
     }
+}
+
+/// Work for a prompt or body larger than this (in bytes) runs at idle
+/// priority: parsing, rendering and tokenizing megabytes take seconds of
+/// CPU, and on a machine whose cores are all decoding that work waits for
+/// spare time instead of slowing every running stream. Ordinary prompts
+/// (and whole conversations of a 128k context) stay below it.
+pub const LARGE_PROMPT_BYTES: usize = 1024 * 1024;
+
+/// Runs `work` with the calling thread in Linux's `SCHED_IDLE` class, then
+/// puts the thread back in the class it had. Call it on a blocking thread.
+pub fn at_idle_priority<T>(work: impl FnOnce() -> T) -> T {
+    // SAFETY: pid 0 is the calling thread; `param` outlives each call.
+    let previous = unsafe { libc::sched_getscheduler(0) };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as above.
+    let lowered = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+    let result = work();
+    if lowered && previous >= 0 {
+        // SAFETY: as above; a non-realtime class with priority 0.
+        unsafe { libc::sched_setscheduler(0, previous, &param) };
+    }
+    result
 }
 
 /// Reports the thread's end, including a panic, when dropped.

@@ -33,6 +33,7 @@ use crate::prefix::{common_prefix, plan_reuse, CachedSequence};
 use crate::sampling::Sampler;
 use crate::template::ChatTemplate;
 use crate::text::{Pushed, TextStream};
+use crate::tokenizer::Tokenizer;
 
 /// llama.cpp's backend is process-global and may be initialized only once per
 /// process, so it outlives any one engine thread: a restarted engine reuses it.
@@ -52,7 +53,7 @@ fn backend() -> Result<&'static LlamaBackend, String> {
 pub(crate) fn run(
     config: EngineConfig,
     commands: Receiver<Command>,
-    loaded: Sender<Result<ModelInfo, EngineError>>,
+    loaded: Sender<Result<(ModelInfo, Arc<Tokenizer>), EngineError>>,
     stats: Arc<EngineStats>,
 ) {
     let load_error = |reason: String| EngineError::Load { path: config.model_path.display().to_string(), reason };
@@ -65,7 +66,7 @@ pub(crate) fn run(
         }
     };
     let model = match LlamaModel::load_from_file(backend, &config.model_path, &LlamaModelParams::default()) {
-        Ok(model) => model,
+        Ok(model) => Arc::new(model),
         Err(err) => {
             let _ = loaded.send(Err(load_error(err.to_string())));
             return;
@@ -90,11 +91,11 @@ pub(crate) fn run(
             return;
         }
     };
-    let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(model.vocab().bos(), true, None)).into_owned();
-    if loaded.send(Ok(info)).is_err() {
+    let tokenizer = Arc::new(Tokenizer::new(Arc::clone(&model)));
+    if loaded.send(Ok((info, Arc::clone(&tokenizer)))).is_err() {
         return;
     }
-    let mut executor = Executor::new(&model, ctx, n_parallel as usize, bos_text, stats);
+    let mut executor = Executor::new(&model, ctx, n_parallel as usize, tokenizer, stats);
     executor.run(commands);
 }
 
@@ -230,7 +231,7 @@ struct Executor<'m> {
     /// The memory can drop an arbitrary tail of a sequence (not true of
     /// sliding-window or recurrent models).
     partial_removal_ok: bool,
-    bos_text: String,
+    tokenizer: Arc<Tokenizer>,
     /// The model's end-of-generation tokens, banned for `ignore_eos`.
     eog_tokens: Vec<LlamaToken>,
     stats: Arc<EngineStats>,
@@ -242,7 +243,7 @@ impl<'m> Executor<'m> {
         model: &'m LlamaModel,
         ctx: LlamaContext<'m>,
         n_parallel: usize,
-        bos_text: String,
+        tokenizer: Arc<Tokenizer>,
         stats: Arc<EngineStats>,
     ) -> Self {
         let n_ctx = ctx.n_ctx() as usize;
@@ -262,7 +263,7 @@ impl<'m> Executor<'m> {
             queue: VecDeque::new(),
             n_ctx,
             partial_removal_ok: !(swa || model.is_recurrent() || model.is_hybrid()),
-            bos_text,
+            tokenizer,
             eog_tokens: model.vocab().tokens().filter(|&t| model.vocab().is_eog(t)).collect(),
             stats,
             clock: 0,
@@ -303,8 +304,8 @@ impl<'m> Executor<'m> {
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Submit { request, reply } => {
-                let result = self.prepare(request);
+            Command::Submit { request, tokens, reply } => {
+                let result = self.prepare(request, tokens);
                 match result {
                     Ok((queued, submitted)) => {
                         if reply.send(Ok(submitted)).is_ok() {
@@ -321,32 +322,19 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Tokenizes the prompt and compiles the grammar, so the caller learns of
-    /// bad input before anything is queued.
-    fn prepare(&mut self, request: Box<GenerateRequest>) -> Result<(Queued, Submitted), EngineError> {
-        let tokens = self.tokenize(&request.prompt, true);
-        if tokens.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        // One token of room is needed to generate anything.
-        if tokens.len() >= self.n_ctx {
-            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx: self.n_ctx });
-        }
+    /// Compiles the grammar and the sampler (the prompt came tokenized and
+    /// checked), so the caller learns of bad input before anything is queued.
+    fn prepare(
+        &mut self,
+        request: Box<GenerateRequest>,
+        tokens: Vec<LlamaToken>,
+    ) -> Result<(Queued, Submitted), EngineError> {
         let grammar = request.grammar.as_ref().map(crate::grammar::compile).transpose()?;
         let sampler = Sampler::new(self.model, &request.sampling, grammar.as_ref(), &self.eog_tokens)?;
         let (events, events_rx) = mpsc::unbounded_channel();
         let n_prompt = tokens.len();
         let text = request.prompt.clone();
         Ok((Queued { tokens, text, request, sampler, events }, Submitted { events: events_rx, n_prompt }))
-    }
-
-    fn tokenize(&self, text: &str, at_start: bool) -> Vec<LlamaToken> {
-        let vocab = self.model.vocab();
-        // Templates usually write the BOS text themselves; adding another would
-        // put two at the front.
-        let add_bos =
-            at_start && vocab.should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
-        vocab.tokenize(text.as_bytes(), add_bos, true)
     }
 
     /// Ends sequences whose receiver is gone (client disconnected or request
@@ -411,7 +399,7 @@ impl<'m> Executor<'m> {
         let (prompt, common, text_from): (Vec<LlamaToken>, usize, Option<usize>) = if text_tokens > by_tokens {
             let mut tokens = slot.cache.tokens()[..text_tokens].to_vec();
             let rest = &queued.text[text_bytes..];
-            tokens.extend(self.model.vocab().tokenize(rest.as_bytes(), false, true));
+            tokens.extend(self.tokenizer.continuation(rest));
             (tokens, text_tokens, Some(text_bytes))
         } else {
             (queued.tokens, by_tokens, None)

@@ -26,12 +26,13 @@ pub mod sampling;
 pub mod schema_limits;
 pub mod template;
 pub mod text;
+mod tokenizer;
 pub mod tool_calls;
 
 pub use chat::{ChatMessage, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
 pub use engine::{
-    Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted,
-    Timings,
+    at_idle_priority, Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent,
+    ModelInfo, Submitted, Timings, LARGE_PROMPT_BYTES,
 };
 pub use error::EngineError;
 pub use executor::context_params;

@@ -39,10 +39,20 @@ pub fn content_length(request: &HttpRequest) -> Option<usize> {
     request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
-/// Reads a JSON body of at most [`MAX_JSON_BODY_BYTES`] and parses it.
-pub async fn read_json<T: DeserializeOwned>(request: &HttpRequest, payload: web::Payload) -> Result<T, ApiError> {
+/// Reads a JSON body of at most [`MAX_JSON_BODY_BYTES`] and parses it. A
+/// body of megabytes is parsed on a blocking thread at idle priority, so
+/// its parse does not take CPU from decoding streams.
+pub async fn read_json<T: DeserializeOwned + Send + 'static>(
+    request: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
     let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
-    parse_json(&body)
+    if body.len() <= skillhost_engine::LARGE_PROMPT_BYTES {
+        return parse_json(&body);
+    }
+    tokio::task::spawn_blocking(move || skillhost_engine::at_idle_priority(|| parse_json(&body)))
+        .await
+        .map_err(|_| ApiError::Internal("parsing the request body failed".into()))?
 }
 
 /// Parses JSON; the error names the field path, what was wrong, and where.

@@ -107,6 +107,8 @@ async fn harness_settings(
         metrics: Metrics::new().unwrap(),
         started_at: 0,
         keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Default::default(),
+        admission: Default::default(),
     });
     Harness { state, backend, base }
 }
@@ -422,6 +424,8 @@ async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
         metrics: Metrics::new().unwrap(),
         started_at: 0,
         keep_alive: Duration::from_millis(200),
+        access: Default::default(),
+        admission: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Wait a second."}]});

@@ -34,6 +34,15 @@ pub enum ApiError {
     /// No model is ready (503).
     #[error("{0}")]
     Unavailable(String),
+    /// No key, or a key that is not valid here (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A JSON route called with another body type (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Every admission place is taken (503 with `Retry-After`).
+    #[error("{0}")]
+    Overloaded(String),
     /// Something failed on our side (500).
     #[error("{0}")]
     Internal(String),
@@ -63,7 +72,9 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -79,6 +90,9 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::Overloaded(_) => "overloaded",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -97,6 +111,10 @@ impl ApiError {
                     ApiError::Conflict(_) => ("invalid_request_error", Some("conflict")),
                     ApiError::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large")),
                     ApiError::Unavailable(_) => ("unavailable_error", Some("model_not_ready")),
+                    // OpenAI's own answer to a bad key.
+                    ApiError::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key")),
+                    ApiError::UnsupportedMediaType(_) => ("invalid_request_error", Some("unsupported_media_type")),
+                    ApiError::Overloaded(_) => ("server_error", Some("overloaded")),
                     ApiError::Internal(_) => ("server_error", None),
                 };
                 let param = match self {
@@ -108,6 +126,9 @@ impl ApiError {
                     | ApiError::Conflict(_)
                     | ApiError::PayloadTooLarge(_)
                     | ApiError::Unavailable(_)
+                    | ApiError::Unauthorized(_)
+                    | ApiError::UnsupportedMediaType(_)
+                    | ApiError::Overloaded(_)
                     | ApiError::Internal(_) => None,
                 };
                 json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
@@ -117,8 +138,17 @@ impl ApiError {
 
     pub fn response(&self, style: ErrorStyle) -> HttpResponse {
         let mut builder = HttpResponse::build(self.status());
-        if let ApiError::Unavailable(_) = self {
-            builder.insert_header(("Retry-After", "1"));
+        match self {
+            ApiError::Unavailable(_) => {
+                builder.insert_header(("Retry-After", "1"));
+            }
+            ApiError::Overloaded(_) => {
+                builder.insert_header(("Retry-After", crate::http::access::RETRY_AFTER_SECONDS.to_string()));
+            }
+            ApiError::Unauthorized(_) => {
+                builder.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            _ => {}
         }
         builder.json(self.body(style))
     }

@@ -14,6 +14,9 @@ pub struct Metrics {
     pub time_to_first_token: Histogram,
     pub tokens_per_second: Histogram,
     pub skill_steps: IntCounterVec,
+    /// Requests the access gate refused, by reason (the error kind).
+    pub refused: IntCounterVec,
+    admitted: IntGauge,
     active_slots: IntGauge,
     queued: IntGauge,
     cancelled: IntGauge,
@@ -44,6 +47,17 @@ impl Metrics {
             Opts::new("skill_tool_calls_total", "Skill tool calls answered in process, by tool and outcome."),
             &["tool", "ok"],
         )?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "refused_requests_total",
+                "Requests refused before their handler ran (keys, origins, hosts, content type, capacity), by reason.",
+            ),
+            &["reason"],
+        )?;
+        let admitted = IntGauge::new(
+            "admitted_requests",
+            "Chat requests running or waiting for a slot (bounded by --max-queued).",
+        )?;
         let active_slots = IntGauge::new("active_slots", "Slots decoding a request right now.")?;
         let queued = IntGauge::new("queued_requests", "Requests waiting for a free slot.")?;
         // A gauge fed from the engine's counter: it restarts at zero when the
@@ -59,6 +73,8 @@ impl Metrics {
         registry.register(Box::new(time_to_first_token.clone()))?;
         registry.register(Box::new(tokens_per_second.clone()))?;
         registry.register(Box::new(skill_steps.clone()))?;
+        registry.register(Box::new(refused.clone()))?;
+        registry.register(Box::new(admitted.clone()))?;
         registry.register(Box::new(active_slots.clone()))?;
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
@@ -73,6 +89,8 @@ impl Metrics {
             time_to_first_token,
             tokens_per_second,
             skill_steps,
+            refused,
+            admitted,
             active_slots,
             queued,
             cancelled,
@@ -96,7 +114,8 @@ impl Metrics {
     }
 
     /// The text exposition, with gauges read from the engine at scrape time.
-    pub fn render(&self, status: &ModelStatus) -> String {
+    pub fn render(&self, status: &ModelStatus, admitted: usize) -> String {
+        self.admitted.set(admitted as i64);
         match status {
             ModelStatus::Ready { stats, .. } => {
                 self.model_ready.set(1);

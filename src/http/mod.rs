@@ -1,6 +1,7 @@
 //! The HTTP surface: routes, wire formats and error mapping. Only this module
 //! knows the JSON shapes clients speak.
 
+pub mod access;
 pub mod artifacts;
 pub mod body;
 pub mod chat;
@@ -24,11 +25,25 @@ pub struct AppState {
     pub started_at: u64,
     /// Silence after which the Web UI stream sends a comment frame.
     pub keep_alive: std::time::Duration,
+    /// Keys, origins and hosts (see [`access::gate`]).
+    pub access: std::sync::Arc<access::Access>,
+    /// Requests running or waiting, bounded by `--max-queued`.
+    pub admission: access::Admission,
 }
 
-/// Registers every route; `main` and the tests build the app through this.
+/// Registers every route behind the access gate; `main` and the tests
+/// build the app through this.
 pub fn configure(config: &mut web::ServiceConfig) {
+    config.service(web::scope("").wrap(actix_web::middleware::from_fn(access::gate)).configure(routes));
+}
+
+fn routes(config: &mut web::ServiceConfig) {
     config
+        .service(
+            web::resource("/api/whoami")
+                .route(web::get().to(access::whoami))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
         .service(
             web::resource(["/v1/chat/completions", "/chat/completions"])
                 .route(web::post().to(chat::chat_completions))
@@ -149,3 +164,6 @@ mod code_tests;
 
 #[cfg(test)]
 mod webui_tests;
+
+#[cfg(test)]
+mod access_tests;

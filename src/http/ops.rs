@@ -22,7 +22,7 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let text = state.metrics.render(&state.server.status());
+    let text = state.metrics.render(&state.server.status(), state.admission.in_flight());
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
@@ -50,11 +50,7 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiEr
 }
 
 fn style_for(request: &HttpRequest) -> ErrorStyle {
-    if request.path().starts_with("/v1/") {
-        ErrorStyle::OpenAi
-    } else {
-        ErrorStyle::Plain
-    }
+    crate::http::access::style_for(request.path())
 }
 
 /// Any route that does not exist.

@@ -55,6 +55,8 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
         metrics: Metrics::new().unwrap(),
         started_at: 0,
         keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Default::default(),
+        admission: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let mut request = request.clone();

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
 use skillhost_actors::skills::{path_guard, Changes, FileKind, Origin, Skill, Snapshot};
 use skillhost_actors::SkillsHandle;
+use tokio::io::AsyncWriteExt;
 
 use crate::http::error::{ApiError, OpenAiError, PlainError};
 use crate::http::AppState;
@@ -20,6 +21,18 @@ use crate::http::AppState;
 /// Largest upload accepted: an archive is never bigger than what it holds,
 /// plus room for ZIP headers and the multipart envelope.
 pub const MAX_UPLOAD_BYTES: usize = MAX_ARCHIVE_BYTES as usize + 1024 * 1024;
+
+/// Uploads streaming or installing at once; more wait up to [`UPLOAD_WAIT`].
+pub const MAX_CONCURRENT_UPLOADS: usize = 2;
+
+/// How long an upload waits for a place before it is refused.
+const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Form fields other than the archive are a word (`overwrite=true`); only
+/// this much of one is kept.
+const MAX_FORM_FIELD_BYTES: usize = 64;
+
+static UPLOADS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_UPLOADS);
 
 fn origin_name(origin: Origin) -> &'static str {
     match origin {
@@ -206,34 +219,74 @@ pub async fn api_install(
         )
         .into());
     }
+    // Each upload holds a place while it streams and installs; past the
+    // cap it waits a while, then is refused.
+    let _place = match tokio::time::timeout(UPLOAD_WAIT, UPLOADS.acquire()).await {
+        Ok(Ok(place)) => place,
+        _ => {
+            return Err(ApiError::Overloaded(format!(
+                "{MAX_CONCURRENT_UPLOADS} uploads are already in progress; retry shortly"
+            ))
+            .into())
+        }
+    };
     let mut multipart = Multipart::new(request.headers(), payload);
-    let mut archive: Option<Vec<u8>> = None;
+    // The archive streams to a file chunk by chunk: a 250 MB upload costs
+    // the server one chunk of memory, not 250 MB.
+    let mut archive: Option<tempfile::NamedTempFile> = None;
     let mut received = 0usize;
     while let Some(field) = multipart.next().await {
         let mut field =
             field.map_err(|err| ApiError::bad_request(format!("the upload is not valid multipart data: {err}")))?;
         let name = field.name().unwrap_or_default().to_string();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = field.next().await {
-            let chunk = chunk.map_err(|err| ApiError::bad_request(format!("the upload could not be read: {err}")))?;
-            received += chunk.len();
-            if received > MAX_UPLOAD_BYTES {
-                return Err(too_large().into());
-            }
-            bytes.extend_from_slice(&chunk);
-        }
         match name.as_str() {
-            "file" => archive = Some(bytes),
-            "overwrite" => overwrite = is_true(&String::from_utf8_lossy(&bytes)),
-            _ => {}
+            "file" => {
+                let staged = skills.upload_file().map_err(ApiError::from)?;
+                let mut file = tokio::fs::File::from_std(
+                    staged.reopen().map_err(|err| ApiError::Internal(format!("cannot stage the upload: {err}")))?,
+                );
+                while let Some(chunk) = next_chunk(&mut field, &mut received).await? {
+                    file.write_all(&chunk)
+                        .await
+                        .map_err(|err| ApiError::Internal(format!("cannot stage the upload: {err}")))?;
+                }
+                file.flush().await.map_err(|err| ApiError::Internal(format!("cannot stage the upload: {err}")))?;
+                archive = Some(staged);
+            }
+            other => {
+                // Small form fields only: anything else is read and bounded, not kept.
+                let mut value = Vec::new();
+                while let Some(chunk) = next_chunk(&mut field, &mut received).await? {
+                    if value.len() < MAX_FORM_FIELD_BYTES {
+                        value.extend_from_slice(&chunk[..chunk.len().min(MAX_FORM_FIELD_BYTES - value.len())]);
+                    }
+                }
+                if other == "overwrite" {
+                    overwrite = is_true(&String::from_utf8_lossy(&value));
+                }
+            }
         }
     }
     let archive =
         archive.ok_or_else(|| ApiError::bad_request("the upload has no field named 'file' holding the ZIP archive"))?;
-    let id = skills.install(archive, overwrite).await.map_err(ApiError::from)?;
+    let file = archive.reopen().map_err(|err| ApiError::Internal(format!("cannot read the staged upload: {err}")))?;
+    // `archive` (the staged file) is removed when this handler returns.
+    let id = skills.install(file, overwrite).await.map_err(ApiError::from)?;
     let snapshot = skills.snapshot();
     let skill = lookup(&snapshot, &id)?;
     Ok(HttpResponse::Created().json(skill_json(&skill, false)))
+}
+
+/// The next chunk of a form field, counting every byte of the upload
+/// against [`MAX_UPLOAD_BYTES`].
+async fn next_chunk(field: &mut actix_multipart::Field, received: &mut usize) -> Result<Option<web::Bytes>, ApiError> {
+    let Some(chunk) = field.next().await else { return Ok(None) };
+    let chunk = chunk.map_err(|err| ApiError::bad_request(format!("the upload could not be read: {err}")))?;
+    *received += chunk.len();
+    if *received > MAX_UPLOAD_BYTES {
+        return Err(too_large());
+    }
+    Ok(Some(chunk))
 }
 
 fn too_large() -> ApiError {

@@ -25,7 +25,14 @@ async fn state(n_ctx: u32) -> web::Data<AppState> {
         Ok(m) => m,
         Err(err) => panic!("{err}"),
     };
-    web::Data::new(AppState { server, metrics, started_at: 0, keep_alive: crate::http::webui::KEEP_ALIVE })
+    web::Data::new(AppState {
+        server,
+        metrics,
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Default::default(),
+        admission: Default::default(),
+    })
 }
 
 fn france(stream: bool) -> Value {
@@ -273,7 +280,11 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
     // body of exactly the limit is read (and then served).
     let mut at_limit = json!({"messages": user, "max_tokens": 1}).to_string().into_bytes();
     at_limit.resize(MAX_JSON_BODY_BYTES, b' ');
-    let request = test::TestRequest::post().uri("/v1/chat/completions").set_payload(at_limit).to_request();
+    let request = test::TestRequest::post()
+        .uri("/v1/chat/completions")
+        .insert_header(("content-type", "application/json"))
+        .set_payload(at_limit)
+        .to_request();
     assert_eq!(test::call_service(&app, request).await.status().as_u16(), 200);
 }
 
@@ -337,6 +348,8 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         metrics: Metrics::new().unwrap(),
         started_at: 0,
         keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Default::default(),
+        admission: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     // Round 1 is held to a skills_read call by the grammar (the default

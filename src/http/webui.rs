@@ -151,6 +151,7 @@ async fn start_chat(
     // closed) starts a new conversation instead of naming someone's folder.
     let given = conversation_id(web_request.conversation_id)?;
     let conversation = state.server.conversations().resume_or_start(given.as_deref());
+    let new_conversation = given.as_deref() != Some(conversation.as_str());
     let wire = ChatCompletionRequest {
         messages: web_request.messages,
         skills: web_request.skills,
@@ -175,6 +176,9 @@ async fn start_chat(
         chat,
         peer,
         conversation,
+        new_conversation,
+        id_queued: false,
+        id_delivered: false,
         started,
         first_output: true,
         pending: Default::default(),
@@ -203,10 +207,26 @@ struct WebStream {
     chat: ChatStream,
     peer: PeerWatch,
     conversation: String,
+    /// This turn started the conversation: until its final frame (which
+    /// names the id) reaches the client, nobody else knows the id.
+    new_conversation: bool,
+    /// The final frame (with the id) is queued, and then handed over.
+    id_queued: bool,
+    id_delivered: bool,
     started: Instant,
     first_output: bool,
     pending: std::collections::VecDeque<Bytes>,
     done: bool,
+}
+
+impl Drop for WebStream {
+    /// A client that left before learning a new conversation's id can never
+    /// continue it: its workspace goes now, not after the idle limit.
+    fn drop(&mut self) {
+        if self.new_conversation && !self.id_delivered {
+            self.app.server.conversations().close(&self.conversation);
+        }
+    }
 }
 
 fn frame(value: &Value) -> Bytes {
@@ -251,6 +271,9 @@ fn web_stream(state: WebStream) -> impl Stream<Item = Result<Bytes, actix_web::E
     let frames = stream::unfold(state, |mut state| async move {
         loop {
             if let Some(bytes) = state.pending.pop_front() {
+                if state.id_queued && state.pending.is_empty() {
+                    state.id_delivered = true;
+                }
                 return Some((Ok(bytes), state));
             }
             if state.done {
@@ -313,6 +336,7 @@ impl WebStream {
                     "rounds": rounds_json(&rounds),
                     "conversationId": self.conversation,
                 })));
+                self.id_queued = true;
                 self.done = true;
             }
             ChatEvent::Failed(err) => self.fail(&err.into()),

@@ -45,6 +45,8 @@ async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<Ap
         metrics: Metrics::new().unwrap(),
         started_at: 0,
         keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Default::default(),
+        admission: Default::default(),
     })
 }
 

@@ -22,6 +22,18 @@ const chat = {
   skillsEnabled: false,
 };
 
+// Who the page is signed in as. The key lives in sessionStorage (gone with
+// the tab) and travels only in the Authorization header: never in a cookie
+// (which any page could make the browser send) and never in a URL (which
+// ends up in logs and history).
+const KEY_STORAGE = 'skillhost.key';
+const auth = {
+  key: sessionStorage.getItem(KEY_STORAGE),
+  // 'admin', 'user' or null (GET /api/whoami).
+  role: null,
+  required: false,
+};
+
 // What the skills view last loaded.
 const operator = {
   listing: { enabled: true, installable: true, skills: [], errors: [] },
@@ -60,13 +72,19 @@ async function errorFrom(response) {
   return sentence(message || `the server answered ${response.status} ${response.statusText}`);
 }
 
+function withKey(options = {}) {
+  if (!auth.key) return options;
+  return { ...options, headers: { ...(options.headers ?? {}), Authorization: `Bearer ${auth.key}` } };
+}
+
 async function request(url, options) {
   let response;
   try {
-    response = await fetch(url, options);
+    response = await fetch(url, withKey(options));
   } catch {
     throw new Error('The server could not be reached.');
   }
+  if (response.status === 401) showSignIn('This server needs a key. Sign in to continue.');
   if (!response.ok) {
     const error = new Error(await errorFrom(response));
     error.status = response.status;
@@ -77,6 +95,74 @@ async function request(url, options) {
 
 async function fetchJson(url, options) {
   return (await request(url, options)).json();
+}
+
+// A plain link cannot send the key: with one, fetch the file and hand the
+// browser a local copy to save.
+async function downloadWithKey(event) {
+  if (!auth.key) return;
+  event.preventDefault();
+  const link = event.currentTarget;
+  try {
+    const blob = await (await request(link.getAttribute('href'))).blob();
+    const local = document.createElement('a');
+    local.href = URL.createObjectURL(blob);
+    local.download = link.download || 'file';
+    local.click();
+    setTimeout(() => URL.revokeObjectURL(local.href), 60_000);
+  } catch (error) {
+    window.alert(error.message);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Signing in
+
+async function refreshAuth() {
+  try {
+    const response = await fetch('/api/whoami', withKey());
+    const who = await response.json();
+    auth.required = Boolean(who.keys_required);
+    auth.role = who.role ?? null;
+  } catch {
+    auth.role = null;
+  }
+  document.body.classList.toggle('is-admin', auth.role === 'admin');
+  $('sign-out').hidden = !auth.key;
+  return auth.role;
+}
+
+function showSignIn(message) {
+  $('sign-in-message').textContent = message;
+  $('sign-in').hidden = false;
+  $('sign-in-key').focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const key = $('sign-in-key').value.trim();
+  if (!key) return;
+  auth.key = key;
+  const role = await refreshAuth();
+  if (!role) {
+    auth.key = null;
+    $('sign-out').hidden = true;
+    $('sign-in-message').textContent = 'That key is not valid here.';
+    return;
+  }
+  sessionStorage.setItem(KEY_STORAGE, key);
+  $('sign-in-key').value = '';
+  $('sign-in').hidden = true;
+  loadModels();
+  if (location.hash === '#skills') loadSkills();
+}
+
+function signOut() {
+  sessionStorage.removeItem(KEY_STORAGE);
+  auth.key = null;
+  refreshAuth().then((role) => {
+    if (auth.required && !role) showSignIn('Signed out. Sign in with a key to continue.');
+  });
 }
 
 function setStatus(node, text, kind) {
@@ -175,7 +261,7 @@ function newConversation() {
   // The server keeps a conversation's working folder between turns; say
   // that this one is over so it can go now rather than when it expires.
   if (chat.conversationId) {
-    fetch(`/api/conversations/${encodeURIComponent(chat.conversationId)}`, { method: 'DELETE' }).catch(() => {});
+    fetch(`/api/conversations/${encodeURIComponent(chat.conversationId)}`, withKey({ method: 'DELETE' })).catch(() => {});
   }
   chat.epoch += 1;
   chat.history = [];
@@ -298,6 +384,7 @@ function appendAssistantMessage() {
         chip.href = url.pathname + url.search;
         const name = String(file.path ?? '').split('/').pop() || 'file';
         chip.download = name;
+        chip.addEventListener('click', downloadWithKey);
         chip.textContent = file.path ?? name;
         if (Number.isFinite(file.bytes)) chip.append(el('span', 'artifact-size', formatBytes(file.bytes)));
         artifacts.append(chip);
@@ -517,7 +604,7 @@ function skillRow(skill) {
   const fileCount = (skill.files ?? []).length;
   head.append(el('span', 'skill-size', `${fileCount + 1} files · ${formatBytes(skill.bytes)}`));
   if (skill.origin === 'installed') {
-    const remove = el('button', 'danger small', 'Delete');
+    const remove = el('button', 'danger small admin-only', 'Delete');
     remove.type = 'button';
     remove.dataset.delete = skill.id;
     head.append(remove);
@@ -556,6 +643,7 @@ function openSkill(id) {
       const link = el('a', 'file-button', file.path);
       link.href = skillPath(id, file.path);
       link.download = file.path.split('/').pop();
+      link.addEventListener('click', downloadWithKey);
       item.append(link);
     }
     const about = [file.kind, formatBytes(file.bytes)].filter(Boolean).join(' · ');
@@ -690,9 +778,18 @@ function start() {
   });
   $('skill-detail-close').addEventListener('click', closeSkill);
 
+  $('sign-in').addEventListener('submit', signIn);
+  $('sign-out').addEventListener('click', signOut);
+
   window.addEventListener('hashchange', showView);
-  showView();
-  loadModels();
+  refreshAuth().then((role) => {
+    if (auth.required && !role) {
+      showSignIn(auth.key ? 'The saved key is no longer valid. Sign in again.' : 'This server needs a key. Sign in to continue.');
+      return;
+    }
+    showView();
+    loadModels();
+  });
 }
 
 start();

@@ -1,8 +1,9 @@
 // End-to-end test of the Web UI in a real browser: it starts the real
 // skillhost server on the real model, drives the page in Debian's Chromium
 // through playwright-core, and checks chat streaming, the current-activity
-// panel, stopping, the skills page, artifact downloads, Markdown safety and
-// the layout at phone and desktop widths.
+// panel, stopping, the skills page, artifact downloads, Markdown safety,
+// the layout at phone and desktop widths, cross-origin refusals, and
+// signing in on a server with keys.
 //
 // From the repository root, after `cargo build --release` and `make model`:
 //
@@ -14,6 +15,7 @@
 // brings no browser.
 
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -148,7 +150,7 @@ async function stopProcess(child) {
   }
 }
 
-async function startServer() {
+async function startServer(extraArgs = []) {
   check(existsSync(BINARY), `the server binary ${BINARY} is missing; build it with: cargo build --release`);
   check(existsSync(MODEL), `the model ${MODEL} is missing; fetch it with: make model`);
   const installDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-installed-'));
@@ -163,6 +165,7 @@ async function startServer() {
     '--model', MODEL, '--ctx-size', '8192', '--parallel', '2',
     '--skills-dir', join(REPO, 'skills'), '--skills-install-dir', installDir,
     '--code-exec', '--workspace-dir', workspaceDir,
+    ...extraArgs,
   ];
   const child = spawn(BINARY, args, {
     cwd: REPO,
@@ -604,6 +607,101 @@ async function run() {
     }
     check(problems.length === 0, `the page logged errors during the run:\n  ${problems.join('\n  ')}`);
   });
+
+  await step(9, 'a page on another origin cannot start a chat or install a skill', async () => {
+    const scrape = async () => (await (await fetch(`${base}/metrics`)).text());
+    const counter = (text, pattern) => Number((pattern.exec(text) ?? [])[1] ?? 0);
+    const refusedPattern = /skillhost_refused_requests_total\{reason="forbidden"\} (\d+)/;
+    const chatsPattern = /skillhost_requests_total\{api="webui"\} (\d+)/;
+    const before = await scrape();
+    // The attacker's page, on another port of the same address: another origin.
+    const zip = zipStore([{ name: 'planted/SKILL.md', data: Buffer.from('---\nname: planted\ndescription: Planted by another origin.\n---\nBody.\n') }]);
+    const attack = `<!doctype html><body><iframe name="sink"></iframe>
+      <form id="form" method="POST" action="${base}/api/chat" enctype="text/plain" target="sink">
+        <input name='{"messages":[{"role":"user","content":"hi"}],"x":"' value='"}'>
+      </form>
+      <script>
+        window.attempts = (async () => {
+          const chat = JSON.stringify({ messages: [{ role: 'user', content: 'Say hi.' }], maxTokens: 8 });
+          await fetch('${base}/api/chat', { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' }, body: chat }).catch(() => {});
+          const form = new FormData();
+          form.append('file', new Blob([Uint8Array.from(atob('${zip.toString('base64')}'), (c) => c.charCodeAt(0))], { type: 'application/zip' }), 'planted.zip');
+          await fetch('${base}/api/skills', { method: 'POST', mode: 'no-cors', body: form }).catch(() => {});
+          await fetch('${base}/api/skills/rescan', { method: 'POST', mode: 'no-cors' }).catch(() => {});
+          return 'done';
+        })();
+      </script></body>`;
+    const other = createServer((request, response) => {
+      response.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' });
+      response.end(attack);
+    });
+    await new Promise((done) => other.listen(0, '127.0.0.1', done));
+    // The browser keeps idle connections open, and close() waits for them.
+    cleanups.push(() => new Promise((done) => {
+      other.close(done);
+      other.closeAllConnections();
+    }));
+    const attackPage = await context.newPage();
+    try {
+      await attackPage.goto(`http://127.0.0.1:${other.address().port}/`);
+      check(await attackPage.evaluate(() => window.attempts) === 'done', 'the attacking page did not finish its requests');
+      const sunk = attackPage.waitForEvent('framenavigated', { predicate: (frame) => frame.name() === 'sink' });
+      await attackPage.evaluate(() => document.getElementById('form').submit());
+      await sunk;
+    } finally {
+      await attackPage.close();
+    }
+    const after = await scrape();
+    const refused = counter(after, refusedPattern) - counter(before, refusedPattern);
+    check(refused >= 4, `the server refused ${refused} of the 4 cross-origin requests as forbidden`);
+    check(counter(after, chatsPattern) === counter(before, chatsPattern), 'a cross-origin request started a chat');
+    const skills = await (await fetch(`${base}/api/skills`)).json();
+    check(!skills.skills.some((skill) => skill.id === 'planted'), 'a cross-origin upload installed a skill');
+  });
+
+  await step(10, 'with keys, the page asks for one, keeps it for the tab, and shows admin actions only to admins', async () => {
+    const keyed = await startServer(['--api-key', 'user-key-1', '--admin-key', 'admin-key-1']);
+    const keyedPage = await context.newPage();
+    keyedPage.on('pageerror', (error) => problems.push(`uncaught ${error.stack ?? error.message}`));
+    try {
+      await keyedPage.goto(`${keyed}/`);
+      await keyedPage.waitForSelector('#sign-in:not([hidden])');
+      await keyedPage.fill('#sign-in-key', 'not-a-key');
+      await keyedPage.click('#sign-in-button');
+      await keyedPage.waitForFunction(() => /not valid/.test(document.getElementById('sign-in-message').textContent));
+      check(await keyedPage.evaluate(() => sessionStorage.length) === 0, 'a wrong key was kept');
+
+      await keyedPage.fill('#sign-in-key', 'user-key-1');
+      await keyedPage.click('#sign-in-button');
+      await keyedPage.waitForSelector('#sign-in', { state: 'hidden' });
+      await keyedPage.waitForFunction(() => /SmolLM2-135M-Instruct/.test(document.getElementById('model-info').textContent));
+      // A chat turn carries the key.
+      await keyedPage.click('#settings > summary');
+      await keyedPage.fill('#max-tokens', '8');
+      await send(keyedPage, 'Say hello.');
+      await waitForTurnEnd(keyedPage, TOOL_TURN_TIMEOUT_MS);
+      const answer = await lastAssistant(keyedPage);
+      check(answer.state === 'done', `the signed-in turn did not finish: ${describe(answer)}`);
+      // The key lives in this tab's sessionStorage, never in a cookie or the URL.
+      const kept = await keyedPage.evaluate(() => ({ stored: sessionStorage.getItem('skillhost.key'), cookie: document.cookie, url: location.href }));
+      check(kept.stored === 'user-key-1' && kept.cookie === '' && !kept.url.includes('key'), `the key is kept wrongly: ${JSON.stringify(kept)}`);
+      await keyedPage.click('#nav-skills');
+      await keyedPage.waitForSelector('#skills-view [data-skill="skillhost-api"]');
+      check(await keyedPage.isHidden('#upload-form') && await keyedPage.isHidden('#rescan'), 'a user key sees the admin actions');
+
+      await keyedPage.click('#sign-out');
+      await keyedPage.waitForSelector('#sign-in:not([hidden])');
+      await keyedPage.fill('#sign-in-key', 'admin-key-1');
+      await keyedPage.click('#sign-in-button');
+      await keyedPage.waitForSelector('#upload-form', { state: 'visible' });
+      check(await keyedPage.isVisible('#rescan'), 'an admin key does not see Rescan');
+      await keyedPage.click('#rescan');
+      await keyedPage.waitForFunction(() => /^Rescanned/.test(document.getElementById('skills-message').textContent));
+    } finally {
+      await keyedPage.close();
+    }
+  });
+
 }
 
 async function main() {

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use skillhost_engine::{
-    ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent, Role, Timings, ToolCall,
-    ToolChoice, ToolDef,
+    at_idle_priority, ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent, Role,
+    Timings, ToolCall, ToolChoice, ToolDef, LARGE_PROMPT_BYTES,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -281,9 +281,13 @@ async fn open_workspace(
                     }
                     Ok(WorkspaceRef { actor: kept, own: false })
                 }
-                // The conversation was closed meanwhile: this request
-                // keeps the folder to itself.
-                None => Ok(WorkspaceRef { actor, own: true }),
+                // The conversation was closed meanwhile (its client may
+                // have left): this request keeps the folder to itself, and
+                // it goes with the loop like any request's own.
+                None => {
+                    actor.get_cell().link(myself.get_cell());
+                    Ok(WorkspaceRef { actor, own: true })
+                }
             }
         }
         None => {
@@ -558,15 +562,30 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         }
         _ => state.tools.clone(),
     };
-    let conversation = Conversation {
-        messages: &messages,
-        tools: &tools,
-        tool_choice: &choice,
-        parallel_tool_calls: state.request.parallel_tool_calls,
-        response_format: &state.request.response_format,
-    };
     let info = Arc::clone(state.backend.info());
-    let prepared = info.format.prepare(&conversation).map_err(|err| ChatError::BadRequest(err.to_string()))?;
+    let parallel_tool_calls = state.request.parallel_tool_calls;
+    let response_format = state.request.response_format.clone();
+    let render = move || {
+        let conversation = Conversation {
+            messages: &messages,
+            tools: &tools,
+            tool_choice: &choice,
+            parallel_tool_calls,
+            response_format: &response_format,
+        };
+        info.format.prepare(&conversation).map(|prepared| (prepared, tools))
+    };
+    // Rendering megabytes of conversation takes CPU the decoding streams
+    // need: a large one is rendered on a blocking thread at idle priority.
+    let size: usize = state.base_messages.iter().chain(state.history.iter()).map(|m| m.content.len()).sum();
+    let rendered = if size > LARGE_PROMPT_BYTES {
+        tokio::task::spawn_blocking(move || at_idle_priority(render))
+            .await
+            .map_err(|_| ChatError::Engine("rendering the prompt failed".into()))?
+    } else {
+        render()
+    };
+    let (prepared, tools) = rendered.map_err(|err| ChatError::BadRequest(err.to_string()))?;
     let mut stops = state.request.stop.clone();
     stops.extend(prepared.stops);
     let generate = GenerateRequest {

@@ -58,7 +58,8 @@ pub enum SkillsMsg {
     /// Sent by the HTTP layer (with a reply) and by the file watcher (without).
     Rescan(Option<RpcReplyPort<Changes>>),
     /// Sent by the HTTP layer with an uploaded archive.
-    Install { archive: Vec<u8>, overwrite: bool, reply: RpcReplyPort<Result<String, SkillsError>> },
+    /// The archive is a file the upload was streamed into (never held in memory).
+    Install { archive: std::fs::File, overwrite: bool, reply: RpcReplyPort<Result<String, SkillsError>> },
     /// Sent by the HTTP layer to remove an installed skill.
     Delete { id: String, reply: RpcReplyPort<Result<(), SkillsError>> },
 }
@@ -141,12 +142,12 @@ impl Actor for SkillRegistryActor {
     }
 }
 
-async fn install(state: &SkillsState, archive: Vec<u8>, overwrite: bool) -> Result<String, SkillsError> {
+async fn install(state: &SkillsState, archive: std::fs::File, overwrite: bool) -> Result<String, SkillsError> {
     let Some(install_dir) = state.config.install_dir.clone() else {
         return Err(SkillsError::Forbidden("this server has no skills install folder, so uploads are off".into()));
     };
     let current = state.snapshot.borrow().clone();
-    let work = move || install_archive(&archive, &install_dir, overwrite, &current, ZipLimits::default());
+    let work = move || install_archive(archive, &install_dir, overwrite, &current, ZipLimits::default());
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => Ok(result?),
         Err(err) => Err(SkillsError::Install(InstallError::Io(format!("the install failed: {err}")))),

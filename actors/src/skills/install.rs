@@ -10,7 +10,7 @@
 //! nothing behind and never touches an installed skill.
 
 use std::collections::HashSet;
-use std::io::{Cursor, Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -83,20 +83,36 @@ fn is_junk(name: &str) -> bool {
 }
 
 /// The entry count the archive's end-of-central-directory record declares
-/// (its ZIP64 record when the count does not fit 16 bits).
-fn listed_entries(archive: &[u8]) -> Option<u64> {
+/// (its ZIP64 record when the count does not fit 16 bits). Reads only the
+/// archive's tail and, for ZIP64, the record its locator points at.
+fn listed_entries<R: Read + Seek>(archive: &mut R) -> Option<u64> {
     const EOCD: [u8; 4] = [0x50, 0x4b, 0x05, 0x06];
+    const ZIP64_LOCATOR: [u8; 4] = [0x50, 0x4b, 0x06, 0x07];
     const ZIP64_EOCD: [u8; 4] = [0x50, 0x4b, 0x06, 0x06];
-    // The record is 22 bytes plus a comment of at most 65535 bytes.
-    let search_from = archive.len().saturating_sub(22 + 65535);
-    let at = (search_from..archive.len().saturating_sub(21)).rev().find(|&i| archive[i..i + 4] == EOCD)?;
-    let count = u16::from_le_bytes([archive[at + 10], archive[at + 11]]);
+    let len = archive.seek(SeekFrom::End(0)).ok()?;
+    // The record is 22 bytes plus a comment of at most 65535 bytes, and a
+    // ZIP64 locator of 20 bytes sits right before it.
+    let tail_len = len.min(22 + 65535 + 20);
+    archive.seek(SeekFrom::Start(len - tail_len)).ok()?;
+    let mut tail = vec![0u8; tail_len as usize];
+    archive.read_exact(&mut tail).ok()?;
+    let at = (0..tail.len().saturating_sub(21)).rev().find(|&i| tail[i..i + 4] == EOCD)?;
+    let count = u16::from_le_bytes([tail[at + 10], tail[at + 11]]);
     if count != u16::MAX {
         return Some(u64::from(count));
     }
-    let zip64 = (0..at.saturating_sub(3)).rev().find(|&i| archive[i..i + 4] == ZIP64_EOCD)?;
-    let bytes: [u8; 8] = archive.get(zip64 + 32..zip64 + 40)?.try_into().ok()?;
-    Some(u64::from_le_bytes(bytes))
+    let locator = tail.get(at.checked_sub(20)?..at)?;
+    if locator[..4] != ZIP64_LOCATOR {
+        return None;
+    }
+    let offset = u64::from_le_bytes(locator[8..16].try_into().ok()?);
+    archive.seek(SeekFrom::Start(offset)).ok()?;
+    let mut record = [0u8; 40];
+    archive.read_exact(&mut record).ok()?;
+    if record[..4] != ZIP64_EOCD {
+        return None;
+    }
+    Some(u64::from_le_bytes(record[32..40].try_into().ok()?))
 }
 
 /// Whether `written` decompressed bytes from `compressed` bytes exceed the
@@ -107,18 +123,20 @@ pub fn looks_like_bomb(written: u64, compressed: u64, max_ratio: u64) -> bool {
 
 /// Installs the skill in `archive` into `install_dir` and returns its name.
 /// `current` is the registry as it is now, for conflicts.
-pub fn install_archive(
-    archive: &[u8],
+pub fn install_archive<R: Read + Seek>(
+    mut archive: R,
     install_dir: &Path,
     overwrite: bool,
     current: &Snapshot,
     limits: ZipLimits,
 ) -> Result<String, InstallError> {
-    let mut zip = zip::ZipArchive::new(Cursor::new(archive))
-        .map_err(|err| rejected(format!("the upload is not a readable ZIP archive: {err}")))?;
     // The ZIP reader keys entries by name, so a repeated name would silently
     // hide all but one copy; the central directory's own count tells.
-    if let Some(listed) = listed_entries(archive) {
+    let listed = listed_entries(&mut archive);
+    archive.seek(SeekFrom::Start(0)).map_err(|err| InstallError::Io(format!("cannot read the upload: {err}")))?;
+    let mut zip = zip::ZipArchive::new(archive)
+        .map_err(|err| rejected(format!("the upload is not a readable ZIP archive: {err}")))?;
+    if let Some(listed) = listed {
         if listed != zip.len() as u64 {
             return Err(rejected(format!(
                 "the archive lists {listed} entries but only {} distinct names: it repeats a name",
@@ -252,8 +270,8 @@ fn plan_layout(files: Vec<(usize, String, Option<u32>)>) -> Result<Vec<Planned>,
 }
 
 /// Writes every planned file under `root`, counting decompressed bytes.
-fn extract(
-    zip: &mut zip::ZipArchive<Cursor<&[u8]>>,
+fn extract<R: Read + Seek>(
+    zip: &mut zip::ZipArchive<R>,
     planned: &[Planned],
     root: &Path,
     limits: ZipLimits,

@@ -94,7 +94,11 @@ pub fn scan(roots: &[Root]) -> Snapshot {
     let mut loaded: Vec<Skill> = Vec::new();
     for root in roots {
         let Ok(canonical) = std::fs::canonicalize(&root.path) else {
-            errors.push(LoadError { path: root.path.clone(), message: "the skills root does not exist".into() });
+            // The install folder is made by the first upload; until then
+            // it simply holds nothing.
+            if root.origin != Origin::Installed {
+                errors.push(LoadError { path: root.path.clone(), message: "the skills root does not exist".into() });
+            }
             continue;
         };
         let mut dirs = Vec::new();

@@ -5,10 +5,12 @@
 //! config files (later files override earlier ones), built-in defaults.
 //! Config-file keys are the flag names.
 
+pub mod sources;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum, ValueHint};
 use serde::Deserialize;
 use skillhost_actors::chat_loop::{
     LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
@@ -38,7 +40,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the OpenAI-compatible API for a model.
-    Serve(ServeArgs),
+    #[command(
+        after_help = "Every switch has a --no-… form (for --no-skills, --skills) that turns off what a config file or variable turned on. Precedence: flag > SKILLHOST_* variable > later --config file > earlier file > default; see --print-config."
+    )]
+    Serve(Box<ServeArgs>),
     /// Print the skills registry (what is registered, where from, warnings
     /// and errors) and exit, without loading a model.
     ListSkills(ListSkillsArgs),
@@ -53,16 +58,40 @@ pub enum Command {
     SandboxExec(crate::sandbox_exec::SandboxExecArgs),
 }
 
+/// The command line's definition: the derived one, with a `--no-…`
+/// negation for every switch of `serve` and `list-skills`.
+pub fn command() -> clap::Command {
+    Cli::command()
+        .mut_subcommand("serve", sources::with_negations)
+        .mut_subcommand("list-skills", sources::with_negations)
+}
+
+/// A subcommand's settings after merging every layer, and the merged
+/// layers themselves (for `--print-config`).
+pub fn layered<T: FromArgMatches>(
+    root: &clap::Command,
+    matches: &ArgMatches,
+    name: &str,
+) -> Result<(T, sources::Merged), ConfigError> {
+    let (Some(command), Some(given)) = (root.find_subcommand(name), matches.subcommand_matches(name)) else {
+        return Err(ConfigError(format!("no subcommand {name}")));
+    };
+    let merged = sources::merge(command, given)?;
+    let parsed = sources::parse(command, &merged)?;
+    let args = T::from_arg_matches(&parsed).map_err(|err| ConfigError(err.to_string()))?;
+    Ok((args, merged))
+}
+
 /// Skills flags, shared by `serve` and `list-skills`.
 #[derive(Debug, Default, Args)]
 pub struct SkillArgs {
     /// Directory of skills to scan; repeatable; replaces the default roots
     /// [default: every .agents/skills from here up to the Git repository root]
-    #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':')]
+    #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':', value_hint = ValueHint::DirPath)]
     pub skills_dir: Vec<PathBuf>,
     /// Where uploaded skills are installed; always scanned first
-    /// [default: a skills directory next to the binary, created if missing]
-    #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR")]
+    /// [default: /var/lib/skillhost/skills as root, else $XDG_DATA_HOME/skillhost/skills; made on the first upload]
+    #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR", value_hint = ValueHint::DirPath)]
     pub skills_install_dir: Option<PathBuf>,
     /// Turn skills off entirely
     #[arg(long = "no-skills", env = "SKILLHOST_NO_SKILLS")]
@@ -100,7 +129,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SKILLHOST_PORT")]
     pub port: Option<u16>,
     /// Path to the GGUF model file (required, here or in a config file)
-    #[arg(long, short = 'm', env = "SKILLHOST_MODEL")]
+    #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath)]
     pub model: Option<PathBuf>,
     /// Requests decoded together, each in its own KV slot [default: 4]
     #[arg(long, short = 'n', env = "SKILLHOST_PARALLEL")]
@@ -122,6 +151,36 @@ pub struct ServeArgs {
     /// Print the skills registry and exit, without loading a model
     #[arg(long = "list-skills")]
     pub list_skills: bool,
+    /// Print the effective settings, each with where it came from, and exit without loading a model
+    #[arg(long = "print-config")]
+    pub print_config: bool,
+    /// A key clients must send (Authorization: Bearer KEY or x-api-key); repeatable
+    #[arg(long = "api-key", env = "SKILLHOST_API_KEY", value_delimiter = ',')]
+    pub api_key: Vec<String>,
+    /// File of client keys, one a line; re-read on SIGHUP
+    #[arg(long = "api-key-file", env = "SKILLHOST_API_KEY_FILE", value_hint = ValueHint::FilePath)]
+    pub api_key_file: Option<PathBuf>,
+    /// A key for what changes the server (uploading, deleting and rescanning skills); repeatable
+    #[arg(long = "admin-key", env = "SKILLHOST_ADMIN_KEY", value_delimiter = ',')]
+    pub admin_key: Vec<String>,
+    /// File of admin keys, one a line; re-read on SIGHUP
+    #[arg(long = "admin-key-file", env = "SKILLHOST_ADMIN_KEY_FILE", value_hint = ValueHint::FilePath)]
+    pub admin_key_file: Option<PathBuf>,
+    /// A key /metrics requires [default: /metrics is open]
+    #[arg(long = "metrics-key", env = "SKILLHOST_METRICS_KEY")]
+    pub metrics_key: Option<String>,
+    /// Listen on a non-loopback address with no key (anyone who reaches the port may use the server)
+    #[arg(long = "insecure-no-auth", env = "SKILLHOST_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Browser origins (scheme://host:port) besides the server's own that may call the API; repeatable
+    #[arg(long = "allowed-origins", env = "SKILLHOST_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// Host names besides loopback ones accepted in the Host header of a loopback-bound server; repeatable
+    #[arg(long = "allowed-hosts", env = "SKILLHOST_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Requests waiting for a slot beyond those decoding; past it, 503 with Retry-After [default: 4 x --parallel]
+    #[arg(long = "max-queued", env = "SKILLHOST_MAX_QUEUED")]
+    pub max_queued: Option<u32>,
     /// Do not advertise unselected skills; a request reaches only what it selects
     #[arg(long = "skills-no-discovery", env = "SKILLHOST_SKILLS_NO_DISCOVERY")]
     pub skills_no_discovery: bool,
@@ -162,10 +221,10 @@ pub struct ServeArgs {
     #[arg(long = "workspace-max-bytes", env = "SKILLHOST_WORKSPACE_MAX_BYTES")]
     pub workspace_max_bytes: Option<u64>,
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
-    #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES")]
+    #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES", value_hint = ValueHint::DirPath)]
     pub sandbox_profiles: Option<PathBuf>,
     /// Where request workspaces and artifacts live [default: the system temp folder]
-    #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR")]
+    #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath)]
     pub workspace_dir: Option<PathBuf>,
 }
 
@@ -210,38 +269,6 @@ impl Default for ExecConfig {
     }
 }
 
-/// One config file, as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct RawConfig {
-    host: Option<IpAddr>,
-    port: Option<u16>,
-    model: Option<PathBuf>,
-    parallel: Option<u32>,
-    ctx_size: Option<u32>,
-    threads: Option<u32>,
-    log_format: Option<LogFormat>,
-    skills_dir: Option<Vec<PathBuf>>,
-    skills_install_dir: Option<PathBuf>,
-    no_skills: Option<bool>,
-    skills_watch: Option<bool>,
-    skills_no_discovery: Option<bool>,
-    skills_max_rounds: Option<u32>,
-    turn_timeout: Option<u64>,
-    skills_allow_exec: Option<bool>,
-    inline_selected_bodies: Option<bool>,
-    code_exec: Option<bool>,
-    code_exec_allow_network: Option<bool>,
-    code_exec_unconfined: Option<bool>,
-    code_exec_temperature: Option<f32>,
-    skills_allow_network: Option<bool>,
-    skills_sandbox: Option<SandboxModeArg>,
-    sandbox_uid_range: Option<String>,
-    sandbox_profiles: Option<PathBuf>,
-    workspace_dir: Option<PathBuf>,
-    workspace_max_bytes: Option<u64>,
-}
-
 /// The validated configuration of `skillhost serve`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
@@ -253,6 +280,9 @@ pub struct ServeConfig {
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
     pub exec: ExecConfig,
+    pub access: AccessConfig,
+    /// Requests that may wait for a slot; more are refused with a 503.
+    pub max_queued: u32,
 }
 
 /// The smallest workspace size cap: a workspace must hold a few files.
@@ -263,107 +293,65 @@ pub const MIN_WORKSPACE_BYTES: u64 = 1024 * 1024;
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// Reads config files in order; later files override earlier ones key by
-/// key, and a later `skills-dir` replaces an earlier one whole. Relative
-/// paths in a file are relative to that file.
-fn merge_files(paths: &[PathBuf]) -> Result<RawConfig, ConfigError> {
-    let mut file = RawConfig::default();
-    for path in paths {
-        let raw = read_config(path)?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        file = RawConfig {
-            host: raw.host.or(file.host),
-            port: raw.port.or(file.port),
-            model: raw.model.map(|m| base.join(m)).or(file.model),
-            parallel: raw.parallel.or(file.parallel),
-            ctx_size: raw.ctx_size.or(file.ctx_size),
-            threads: raw.threads.or(file.threads),
-            log_format: raw.log_format.or(file.log_format),
-            skills_dir: raw.skills_dir.map(|dirs| dirs.into_iter().map(|d| base.join(d)).collect()).or(file.skills_dir),
-            skills_install_dir: raw.skills_install_dir.map(|d| base.join(d)).or(file.skills_install_dir),
-            no_skills: raw.no_skills.or(file.no_skills),
-            skills_watch: raw.skills_watch.or(file.skills_watch),
-            skills_no_discovery: raw.skills_no_discovery.or(file.skills_no_discovery),
-            skills_max_rounds: raw.skills_max_rounds.or(file.skills_max_rounds),
-            turn_timeout: raw.turn_timeout.or(file.turn_timeout),
-            skills_allow_exec: raw.skills_allow_exec.or(file.skills_allow_exec),
-            inline_selected_bodies: raw.inline_selected_bodies.or(file.inline_selected_bodies),
-            code_exec: raw.code_exec.or(file.code_exec),
-            code_exec_allow_network: raw.code_exec_allow_network.or(file.code_exec_allow_network),
-            code_exec_unconfined: raw.code_exec_unconfined.or(file.code_exec_unconfined),
-            code_exec_temperature: raw.code_exec_temperature.or(file.code_exec_temperature),
-            skills_allow_network: raw.skills_allow_network.or(file.skills_allow_network),
-            skills_sandbox: raw.skills_sandbox.or(file.skills_sandbox),
-            sandbox_uid_range: raw.sandbox_uid_range.or(file.sandbox_uid_range),
-            sandbox_profiles: raw.sandbox_profiles.map(|d| base.join(d)).or(file.sandbox_profiles),
-            workspace_dir: raw.workspace_dir.map(|d| base.join(d)).or(file.workspace_dir),
-            workspace_max_bytes: raw.workspace_max_bytes.or(file.workspace_max_bytes),
-        };
-    }
-    Ok(file)
-}
-
 impl SkillArgs {
     /// The registry setup, or `None` when skills are off. Every explicit root
-    /// must exist; the install directory is created if missing.
-    fn resolve(&self, file: &RawConfig) -> Result<Option<SkillsConfig>, ConfigError> {
-        if self.no_skills || file.no_skills.unwrap_or(false) {
+    /// must exist; the install directory is made on the first upload.
+    fn resolve(&self) -> Result<Option<SkillsConfig>, ConfigError> {
+        if self.no_skills {
             return Ok(None);
         }
-        // Command-line roots replace the config files' roots.
-        let explicit = if self.skills_dir.is_empty() {
-            file.skills_dir.clone().unwrap_or_default()
-        } else {
-            self.skills_dir.clone()
-        };
-        for root in &explicit {
+        for root in &self.skills_dir {
             if !root.is_dir() {
                 return Err(ConfigError(format!("--skills-dir: the directory {} does not exist", root.display())));
             }
         }
-        let install_dir = match self.skills_install_dir.clone().or_else(|| file.skills_install_dir.clone()) {
+        let install_dir = match self.skills_install_dir.clone() {
             Some(dir) => dir,
-            None => {
-                std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join("skills"))).ok_or_else(
-                    || ConfigError("cannot tell where the skillhost binary is; pass --skills-install-dir".into()),
-                )?
-            }
+            None => default_install_dir()?,
         };
-        std::fs::create_dir_all(&install_dir).map_err(|err| {
-            ConfigError(format!("--skills-install-dir: cannot create {}: {err}", install_dir.display()))
-        })?;
         let cwd =
             std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
-        let roots = registry_roots(Some(&install_dir), &explicit, &cwd);
-        Ok(Some(SkillsConfig {
-            roots,
-            install_dir: Some(install_dir),
-            watch: self.skills_watch || file.skills_watch.unwrap_or(false),
-        }))
+        let roots = registry_roots(Some(&install_dir), &self.skills_dir, &cwd);
+        Ok(Some(SkillsConfig { roots, install_dir: Some(install_dir), watch: self.skills_watch }))
     }
 }
+
+/// Where uploads go when no folder is named: state belongs in the system's
+/// state folder (root) or the user's data folder, never next to a binary
+/// that may sit in a build tree.
+fn default_install_dir() -> Result<PathBuf, ConfigError> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from(SYSTEM_INSTALL_DIR));
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
+        .ok_or_else(|| ConfigError("neither XDG_DATA_HOME nor HOME is set; pass --skills-install-dir".into()))?;
+    Ok(data.join("skillhost/skills"))
+}
+
+/// The upload folder of a server running as root.
+pub const SYSTEM_INSTALL_DIR: &str = "/var/lib/skillhost/skills";
 
 impl ListSkillsArgs {
     /// The registry setup `list-skills` prints.
     pub fn resolve(self) -> Result<Option<SkillsConfig>, ConfigError> {
-        let file = merge_files(&self.config)?;
-        self.skills.resolve(&file)
+        self.skills.resolve()
     }
 }
 
 impl ServeArgs {
     /// With `--list-skills`, only the skills part matters.
     pub fn resolve_list_skills(&self) -> Result<Option<SkillsConfig>, ConfigError> {
-        let file = merge_files(&self.config)?;
-        self.skills.resolve(&file)
+        self.skills.resolve()
     }
 
-    /// Merges config files under the flags and validates the result. Nothing
-    /// is loaded yet, so a bad value fails before the model is read.
+    /// Validates the merged settings (see [`sources`]). Nothing is loaded
+    /// yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
-        let file = merge_files(&self.config)?;
-        let skills = self.skills.resolve(&file)?;
-        let model = self.model.or(file.model).ok_or_else(|| {
+        let skills = self.skills.resolve()?;
+        let model = self.model.ok_or_else(|| {
             ConfigError("no model given: pass --model PATH (or set 'model' in a --config file)".into())
         })?;
         if !model.is_file() {
@@ -372,23 +360,23 @@ impl ServeArgs {
                 model.display()
             )));
         }
-        let parallel = self.parallel.or(file.parallel).unwrap_or(DEFAULT_PARALLEL);
+        let parallel = self.parallel.unwrap_or(DEFAULT_PARALLEL);
         if !(1..=MAX_PARALLEL).contains(&parallel) {
             return Err(ConfigError(format!("--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")));
         }
-        let ctx_size = self.ctx_size.or(file.ctx_size);
+        let ctx_size = self.ctx_size;
         if let Some(n) = ctx_size {
             if n < MIN_CTX_SIZE {
                 return Err(ConfigError(format!("--ctx-size must be at least {MIN_CTX_SIZE} tokens, got {n}")));
             }
         }
-        let threads = self.threads.or(file.threads);
+        let threads = self.threads;
         if threads == Some(0) {
             return Err(ConfigError("--threads must be at least 1".into()));
         }
-        let code_exec = self.code_exec || file.code_exec.unwrap_or(false);
+        let code_exec = self.code_exec;
         let default_rounds = if code_exec { DEFAULT_CODE_ROUNDS } else { DEFAULT_MAX_ROUNDS };
-        let max_rounds = self.skills_max_rounds.or(file.skills_max_rounds).unwrap_or(default_rounds);
+        let max_rounds = self.skills_max_rounds.unwrap_or(default_rounds);
         if !(MIN_ROUNDS..=MAX_ROUNDS).contains(&max_rounds) {
             return Err(ConfigError(format!(
                 "--skills-max-rounds must be between {MIN_ROUNDS} and {MAX_ROUNDS}, got {max_rounds}"
@@ -396,11 +384,11 @@ impl ServeArgs {
         }
         let loop_settings = LoopSettings {
             max_rounds,
-            discovery: !(self.skills_no_discovery || file.skills_no_discovery.unwrap_or(false)),
-            inline_selected_bodies: self.inline_selected_bodies || file.inline_selected_bodies.unwrap_or(false),
-            allow_exec: self.skills_allow_exec || file.skills_allow_exec.unwrap_or(false),
-            code_temperature: self.code_exec_temperature.or(file.code_exec_temperature),
-            turn_timeout: match self.turn_timeout.or(file.turn_timeout) {
+            discovery: !(self.skills_no_discovery),
+            inline_selected_bodies: self.inline_selected_bodies,
+            allow_exec: self.skills_allow_exec,
+            code_temperature: self.code_exec_temperature,
+            turn_timeout: match self.turn_timeout {
                 Some(0) => return Err(ConfigError("--turn-timeout must be at least 1 second".into())),
                 Some(seconds) => std::time::Duration::from_secs(seconds),
                 None => DEFAULT_TURN_TIMEOUT,
@@ -411,18 +399,12 @@ impl ServeArgs {
                 return Err(ConfigError(format!("--code-exec-temperature must be between 0 and 2, got {t}")));
             }
         }
-        if let Some(dir) = &self.sandbox_profiles.clone().or(file.sandbox_profiles.clone()) {
+        if let Some(dir) = &self.sandbox_profiles.clone() {
             if !dir.is_dir() {
                 return Err(ConfigError(format!("--sandbox-profiles: the directory {} does not exist", dir.display())));
             }
         }
-        let uid_range = match (&self.sandbox_uid_range, &file.sandbox_uid_range) {
-            (Some(range), _) => *range,
-            (None, Some(text)) => {
-                text.parse().map_err(|err| ConfigError(format!("sandbox-uid-range in the config file: {err}")))?
-            }
-            (None, None) => DEFAULT_UID_RANGE,
-        };
+        let uid_range = self.sandbox_uid_range.unwrap_or(DEFAULT_UID_RANGE);
         let inside = uid_range.accounts_inside();
         if !inside.is_empty() {
             return Err(ConfigError(format!(
@@ -430,8 +412,7 @@ impl ServeArgs {
                 inside.join(", ")
             )));
         }
-        let workspace_max_bytes =
-            self.workspace_max_bytes.or(file.workspace_max_bytes).unwrap_or(DEFAULT_WORKSPACE_MAX_BYTES);
+        let workspace_max_bytes = self.workspace_max_bytes.unwrap_or(DEFAULT_WORKSPACE_MAX_BYTES);
         if workspace_max_bytes < MIN_WORKSPACE_BYTES {
             return Err(ConfigError(format!(
                 "--workspace-max-bytes must be at least {MIN_WORKSPACE_BYTES} (1 MiB), got {workspace_max_bytes}"
@@ -439,13 +420,13 @@ impl ServeArgs {
         }
         let exec = ExecConfig {
             code_exec,
-            code_network: self.code_exec_allow_network || file.code_exec_allow_network.unwrap_or(false),
-            code_unconfined: self.code_exec_unconfined || file.code_exec_unconfined.unwrap_or(false),
-            skills_network: self.skills_allow_network || file.skills_allow_network.unwrap_or(false),
-            mode: self.skills_sandbox.or(file.skills_sandbox).unwrap_or(SandboxModeArg::Required),
+            code_network: self.code_exec_allow_network,
+            code_unconfined: self.code_exec_unconfined,
+            skills_network: self.skills_allow_network,
+            mode: self.skills_sandbox.unwrap_or(SandboxModeArg::Required),
             uid_range,
-            sandbox_profiles: self.sandbox_profiles.clone().or(file.sandbox_profiles.clone()),
-            workspace_dir: self.workspace_dir.clone().or(file.workspace_dir.clone()).unwrap_or_else(std::env::temp_dir),
+            sandbox_profiles: self.sandbox_profiles.clone(),
+            workspace_dir: self.workspace_dir.clone().unwrap_or_else(std::env::temp_dir),
             workspace_max_bytes,
         };
         // A command granted the network shares the host's: it could reach
@@ -464,26 +445,121 @@ impl ServeArgs {
                 }
             }
         }
+        let host = self.host.unwrap_or(DEFAULT_HOST);
+        let access = AccessConfig {
+            api_keys: checked_keys(&self.api_key, "--api-key")?,
+            api_key_file: self.api_key_file.clone(),
+            admin_keys: checked_keys(&self.admin_key, "--admin-key")?,
+            admin_key_file: self.admin_key_file.clone(),
+            metrics_key: match &self.metrics_key {
+                Some(key) => checked_keys(std::slice::from_ref(key), "--metrics-key")?.pop(),
+                None => None,
+            },
+            insecure_no_auth: self.insecure_no_auth,
+            allowed_origins: self.allowed_origins.iter().map(|o| checked_origin(o)).collect::<Result<_, _>>()?,
+            allowed_hosts: self.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(),
+        };
+        // Key files must be readable now; they are read again on SIGHUP.
+        for (path, flag) in [(&access.api_key_file, "--api-key-file"), (&access.admin_key_file, "--admin-key-file")] {
+            if let Some(path) = path {
+                read_key_file(path).map_err(|err| ConfigError(format!("{flag}: {err}")))?;
+            }
+        }
+        // Anyone who can reach a non-loopback address could chat, run code
+        // and upload skills: that takes a key or an explicit opt-out.
+        if !host.is_loopback() && !access.user_keys_configured() && !access.insecure_no_auth {
+            return Err(ConfigError(format!(
+                "--host {host} is not a loopback address and no key is set: anyone who reaches the port could use this server. Pass --api-key KEY (or --api-key-file FILE), or --insecure-no-auth to serve without keys anyway"
+            )));
+        }
+        let max_queued = self.max_queued.unwrap_or(parallel.saturating_mul(QUEUE_FACTOR));
         Ok(ServeConfig {
-            host: self.host.or(file.host).unwrap_or(DEFAULT_HOST),
-            port: self.port.or(file.port).unwrap_or(DEFAULT_PORT),
-            log_format: self.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
+            host,
+            port: self.port.unwrap_or(DEFAULT_PORT),
+            log_format: self.log_format.unwrap_or(LogFormat::Text),
             engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
             skills,
             loop_settings,
             exec,
+            access,
+            max_queued,
         })
     }
 }
 
-fn read_config(path: &Path) -> Result<RawConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| ConfigError(format!("--config: cannot read {}: {err}", path.display())))?;
-    if text.trim().is_empty() {
-        return Ok(RawConfig::default());
+/// The default `--max-queued` is this many times `--parallel`.
+pub const QUEUE_FACTOR: u32 = 4;
+
+/// Who may call what, as configured (the keys in files are read by the
+/// HTTP layer, at start-up and on SIGHUP).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccessConfig {
+    pub api_keys: Vec<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub admin_keys: Vec<String>,
+    pub admin_key_file: Option<PathBuf>,
+    pub metrics_key: Option<String>,
+    pub insecure_no_auth: bool,
+    /// Origins as `scheme://host[:port]`, lower case.
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
+}
+
+impl AccessConfig {
+    /// Whether clients need a key for chat and model routes.
+    pub fn user_keys_configured(&self) -> bool {
+        !self.api_keys.is_empty() || self.api_key_file.is_some()
     }
-    serde_yaml::from_str(&text)
-        .map_err(|err| ConfigError(format!("--config: {} is not a valid config: {err}", path.display())))
+}
+
+/// Keys travel in a header: printable ASCII without spaces, not empty.
+fn checked_keys(keys: &[String], flag: &str) -> Result<Vec<String>, ConfigError> {
+    keys.iter()
+        .map(|key| check_key(key).map(str::to_string).map_err(|err| ConfigError(format!("{flag}: {err}"))))
+        .collect()
+}
+
+fn check_key(key: &str) -> Result<&str, String> {
+    if key.is_empty() {
+        return Err("a key is empty".into());
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("a key may hold only printable ASCII characters without spaces (it is sent in a header)".into());
+    }
+    Ok(key)
+}
+
+/// Reads a key file: one key a line; blank lines and lines starting with
+/// `#` are skipped. A file with no key is an error (it would lock every
+/// client out, or, for admin keys, mean nothing).
+pub fn read_key_file(path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    let mut keys = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        keys.push(check_key(line).map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?.to_string());
+    }
+    if keys.is_empty() {
+        return Err(format!("{} holds no key", path.display()));
+    }
+    Ok(keys)
+}
+
+/// An origin as browsers send it: `scheme://host[:port]`, no path.
+fn checked_origin(origin: &str) -> Result<String, ConfigError> {
+    let lower = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    let well_formed = lower
+        .split_once("://")
+        .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/'));
+    if !well_formed {
+        return Err(ConfigError(format!(
+            "--allowed-origins: {origin:?} is not an origin; write scheme://host[:port], as in http://localhost:3000"
+        )));
+    }
+    Ok(lower)
 }
 
 #[cfg(test)]
@@ -502,6 +578,25 @@ mod tests {
         path
     }
 
+    /// The whole path a command line takes: clap, the layers, validation.
+    fn from_args(args: &[&str]) -> Result<ServeConfig, ConfigError> {
+        let definition = command();
+        let mut argv = vec!["skillhost", "serve"];
+        argv.extend_from_slice(args);
+        let matches = definition.clone().try_get_matches_from(argv).map_err(|err| ConfigError(err.to_string()))?;
+        let (args, _) = layered::<ServeArgs>(&definition, &matches, "serve")?;
+        args.resolve()
+    }
+
+    fn list_skills(args: &[String]) -> Result<Option<SkillsConfig>, ConfigError> {
+        let definition = command();
+        let mut argv = vec!["skillhost".to_string(), "list-skills".to_string()];
+        argv.extend_from_slice(args);
+        let matches = definition.clone().try_get_matches_from(argv).map_err(|err| ConfigError(err.to_string()))?;
+        let (args, _) = layered::<ListSkillsArgs>(&definition, &matches, "list-skills")?;
+        args.resolve()
+    }
+
     fn dir() -> tempfile::TempDir {
         match tempfile::tempdir() {
             Ok(d) => d,
@@ -513,14 +608,19 @@ mod tests {
     fn flags_win_over_files_and_later_files_win() {
         let dir = dir();
         write(dir.path(), "m.gguf", "");
-        let a = write(dir.path(), "a.yaml", "model: m.gguf\nport: 6000\nparallel: 2\n");
+        let a = write(dir.path(), "a.yaml", "model: m.gguf\nport: 6000\nparallel: 2\ncode-exec-unconfined: true\n");
         let b = write(dir.path(), "b.yaml", "port: 7000\nctx-size: 1024\n");
-        let no_skills = SkillArgs { no_skills: true, ..SkillArgs::default() };
-        let args = ServeArgs { config: vec![a, b], parallel: Some(3), skills: no_skills, ..ServeArgs::default() };
-        let config = match args.resolve() {
-            Ok(c) => c,
-            Err(err) => panic!("{err}"),
-        };
+        let config = from_args(&[
+            "--config",
+            &a.to_string_lossy(),
+            "--config",
+            &b.to_string_lossy(),
+            "--parallel",
+            "3",
+            "--no-skills",
+            "--no-code-exec-unconfined",
+        ])
+        .unwrap();
         assert_eq!(
             config,
             ServeConfig {
@@ -536,6 +636,8 @@ mod tests {
                 skills: None,
                 loop_settings: LoopSettings::default(),
                 exec: ExecConfig::default(),
+                access: AccessConfig::default(),
+                max_queued: 3 * QUEUE_FACTOR,
             }
         );
     }
@@ -622,19 +724,26 @@ skills-watch: true
             roots.extend(names.iter().map(|n| Root { path: dir.path().join(n), origin: Origin::Discovered }));
             roots
         };
-        let args = |cli: Vec<PathBuf>, files: Vec<PathBuf>| ListSkillsArgs {
-            skills: SkillArgs { skills_dir: cli, skills_install_dir: Some(install.clone()), ..SkillArgs::default() },
-            config: files,
+        let args = |cli: Vec<PathBuf>, files: Vec<PathBuf>| {
+            let mut argv = vec!["--skills-install-dir".to_string(), install.to_string_lossy().into_owned()];
+            for root in cli {
+                argv.extend(["--skills-dir".to_string(), root.to_string_lossy().into_owned()]);
+            }
+            for file in files {
+                argv.extend(["--config".to_string(), file.to_string_lossy().into_owned()]);
+            }
+            list_skills(&argv)
         };
         // The last file's roots replace earlier files'; the install dir comes first and is created.
-        let config = args(vec![], vec![a.clone(), b.clone()]).resolve().unwrap().unwrap();
+        let config = args(vec![], vec![a.clone(), b.clone()]).unwrap().unwrap();
         assert_eq!((config.roots, config.watch), (discovered(&["three"]), true));
-        assert!(install.is_dir());
+        // The install folder is made by the first upload, not at start-up.
+        assert!(!install.exists());
         // Command-line roots replace every file's.
-        let config = args(vec![dir.path().join("cli")], vec![a.clone()]).resolve().unwrap().unwrap();
+        let config = args(vec![dir.path().join("cli")], vec![a.clone()]).unwrap().unwrap();
         assert_eq!(config.roots, discovered(&["cli"]));
         // A root that does not exist names the flag.
-        let err = args(vec![dir.path().join("missing")], vec![]).resolve().unwrap_err();
+        let err = args(vec![dir.path().join("missing")], vec![]).unwrap_err();
         assert_eq!(
             err.0,
             format!("--skills-dir: the directory {} does not exist", dir.path().join("missing").display())
@@ -646,7 +755,7 @@ skills-watch: true
             "no-skills: true
 ",
         );
-        assert_eq!(args(vec![], vec![off]).resolve().unwrap(), None);
+        assert_eq!(args(vec![], vec![off]).unwrap(), None);
     }
 
     #[test]
@@ -706,11 +815,9 @@ skills-watch: true
                 },
                 "--skills-max-rounds must be between 1 and 64, got 65",
             ),
-            (
-                ServeArgs { model: Some(model.clone()), config: vec![unknown], skills: off(), ..Default::default() },
-                "unknown field `modle`",
-            ),
         ];
+        let err = from_args(&["--no-skills", "--config", &unknown.to_string_lossy()]).unwrap_err().0;
+        assert!(err.contains("unknown key `modle`"), "{err}");
         for (args, expected) in cases {
             let err = match args.resolve() {
                 Ok(c) => panic!("accepted {c:?}"),
@@ -728,5 +835,80 @@ skills-watch: true
             ..Default::default()
         };
         assert!(ok.resolve().is_ok());
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_a_key_or_the_opt_out() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let model = model.to_string_lossy();
+        let base = ["--no-skills", "--model", &model];
+        let with = |extra: &[&str]| from_args(&[&base[..], extra].concat());
+        let err = with(&["--host", "0.0.0.0"]).unwrap_err().0;
+        assert!(err.contains("--api-key") && err.contains("--insecure-no-auth"), "{err}");
+        // An admin key alone leaves chat open: still refused.
+        assert!(with(&["--host", "0.0.0.0", "--admin-key", "adm"]).is_err());
+        assert!(with(&["--host", "0.0.0.0", "--api-key", "k1"]).is_ok());
+        assert!(with(&["--host", "0.0.0.0", "--insecure-no-auth"]).is_ok());
+        assert!(with(&["--host", "::1"]).is_ok());
+        let keys = write(dir.path(), "keys", "# clients\n\nk2\n  k3  \n");
+        let config = with(&["--host", "0.0.0.0", "--api-key-file", &keys.to_string_lossy()]).unwrap();
+        assert_eq!(read_key_file(config.access.api_key_file.as_deref().unwrap()).unwrap(), ["k2", "k3"]);
+        // Keys travel in headers; a file with none would lock everyone out.
+        let empty = write(dir.path(), "empty", "# nothing\n");
+        let err = with(&["--api-key-file", &empty.to_string_lossy()]).unwrap_err().0;
+        assert!(err.starts_with("--api-key-file:") && err.contains("holds no key"), "{err}");
+        let spaced = write(dir.path(), "spaced", "a key\n");
+        let err = with(&["--admin-key-file", &spaced.to_string_lossy()]).unwrap_err().0;
+        assert!(err.contains("line 1") && err.contains("printable ASCII"), "{err}");
+        assert!(with(&["--api-key", ""]).is_err());
+        assert!(with(&["--metrics-key", "m k"]).unwrap_err().0.starts_with("--metrics-key:"));
+        // Origins are checked and kept in the form browsers send.
+        let config = with(&["--allowed-origins", "HTTP://LocalHost:3000/,https://ui.example"]).unwrap();
+        assert_eq!(config.access.allowed_origins, ["http://localhost:3000", "https://ui.example"]);
+        let err = with(&["--allowed-origins", "localhost:3000"]).unwrap_err().0;
+        assert!(err.contains("scheme://host[:port]"), "{err}");
+        // The queue follows --parallel unless set.
+        assert_eq!(with(&["--parallel", "2"]).unwrap().max_queued, 2 * QUEUE_FACTOR);
+        assert_eq!(with(&["--max-queued", "0"]).unwrap().max_queued, 0);
+    }
+
+    #[test]
+    fn the_default_upload_folder_is_state_not_the_binary_folder() {
+        let dir = default_install_dir().unwrap();
+        if rustix::process::geteuid().is_root() {
+            assert_eq!(dir, PathBuf::from(SYSTEM_INSTALL_DIR));
+        } else {
+            assert!(dir.ends_with("skillhost/skills") && dir.is_absolute(), "{}", dir.display());
+        }
+        let exe = std::env::current_exe().unwrap();
+        assert!(!dir.starts_with(exe.parent().unwrap()));
+    }
+
+    #[test]
+    fn every_switch_has_a_negation_and_files_reject_wrong_shapes() {
+        let definition = command();
+        let serve = definition.find_subcommand("serve").unwrap();
+        let longs: Vec<&str> = serve.get_arguments().filter_map(|a| a.get_long()).collect();
+        for (switch, negation) in [
+            ("code-exec", "no-code-exec"),
+            ("no-skills", "skills"),
+            ("skills-no-discovery", "skills-discovery"),
+            ("insecure-no-auth", "insecure-auth"),
+        ] {
+            assert!(longs.contains(&switch) && longs.contains(&negation), "{switch} / {negation}");
+        }
+        let dir = dir();
+        for (text, expected) in [
+            ("code-exec: yes\n", "`code-exec` is a switch"),
+            ("port: [1, 2]\n", "`port` takes one value"),
+            ("port: {a: 1}\n", "`port` must be a single value"),
+            ("print-config: true\n", "unknown key `print-config`"),
+            ("- a\n", "not a valid config"),
+        ] {
+            let file = write(dir.path(), "c.yaml", text);
+            let err = from_args(&["--config", &file.to_string_lossy()]).unwrap_err().0;
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
     }
 }

@@ -1,0 +1,390 @@
+//! The access gate with the scripted model: every route against every kind
+//! of key, the error shape of each surface, browser origins and preflights,
+//! the Host check, the JSON content type, and admission.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix_web::dev::ServiceResponse;
+use actix_web::{test, web, App};
+use serde_json::Value;
+use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::ModelSource;
+use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::{ModelStatus, Server, ServerConfig};
+
+use crate::config::AccessConfig;
+use crate::http::access::{Access, Admission};
+use crate::http::{configure, metrics::Metrics, AppState};
+
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+const USER_KEY: &str = "sk-user-1";
+const ADMIN_KEY: &str = "sk-admin-1";
+const METRICS_KEY: &str = "metrics-1";
+
+async fn app_state(
+    access: AccessConfig,
+    host: IpAddr,
+    admission: Admission,
+    install: &std::path::Path,
+) -> web::Data<AppState> {
+    let outputs = vec!["Hello there.".to_string(); 64];
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let skills = SkillsConfig {
+        roots: vec![
+            Root { path: install.to_path_buf(), origin: Origin::Installed },
+            Root {
+                path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
+                origin: Origin::Discovered,
+            },
+        ],
+        install_dir: Some(install.to_path_buf()),
+        watch: false,
+    };
+    let config = ServerConfig {
+        model: ModelSource::Provided(backend),
+        skills: Some(skills),
+        loop_settings: LoopSettings::default(),
+        exec: None,
+        artifacts: None,
+    };
+    let server = Server::start(config).await.unwrap();
+    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
+    web::Data::new(AppState {
+        server,
+        metrics: Metrics::new().unwrap(),
+        started_at: 0,
+        keep_alive: crate::http::webui::KEEP_ALIVE,
+        access: Arc::new(Access::new(access, host)),
+        admission,
+    })
+}
+
+fn keyed() -> AccessConfig {
+    AccessConfig {
+        api_keys: vec![USER_KEY.into()],
+        admin_keys: vec![ADMIN_KEY.into()],
+        metrics_key: Some(METRICS_KEY.into()),
+        ..AccessConfig::default()
+    }
+}
+
+const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+/// A small skill archive for the upload route.
+fn archive() -> Vec<u8> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("gate-check/SKILL.md", options).unwrap();
+    zip.write_all(b"---\nname: gate-check\ndescription: A skill the access tests upload.\n---\nBody.\n").unwrap();
+    zip.finish().unwrap().into_inner()
+}
+
+fn multipart(archive: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "gateboundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.zip\"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(archive);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Need {
+    Open,
+    Metrics,
+    User,
+    Admin,
+}
+
+/// A request body: its content type and bytes.
+type Body = Option<(&'static str, Vec<u8>)>;
+
+/// Every route, with a request that would succeed given the right key.
+fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
+    let chat = br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}"#.to_vec();
+    let json = |body: &[u8]| Some(("application/json", body.to_vec()));
+    vec![
+        ("GET", "/health", None, Need::Open),
+        ("GET", "/", None, Need::Open),
+        ("GET", "/api/whoami", None, Need::Open),
+        ("GET", "/metrics", None, Need::Metrics),
+        ("POST", "/v1/chat/completions", json(&chat), Need::User),
+        ("POST", "/chat/completions", json(&chat), Need::User),
+        ("GET", "/v1/models", None, Need::User),
+        ("GET", "/models", None, Need::User),
+        ("GET", "/v1/skills", None, Need::User),
+        ("GET", "/v1/skills/pdf", None, Need::User),
+        ("GET", "/api/skills", None, Need::User),
+        ("GET", "/api/skills/pdf", None, Need::User),
+        ("GET", "/api/skills/pdf/files/SKILL.md", None, Need::User),
+        ("GET", "/api/models", None, Need::User),
+        (
+            "POST",
+            "/api/chat",
+            json(br#"{"messages": [{"role": "user", "content": "hi"}], "maxTokens": 4}"#),
+            Need::User,
+        ),
+        ("DELETE", "/api/conversations/c-00000000000000000000000000000000", None, Need::User),
+        (
+            "POST",
+            "/api/chat/ollama",
+            json(br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
+            Need::User,
+        ),
+        (
+            "POST",
+            "/ollama/api/chat",
+            json(br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
+            Need::User,
+        ),
+        ("GET", "/ollama/api/tags", None, Need::User),
+        ("POST", "/ollama/api/show", json(br#"{"model": "scripted"}"#), Need::User),
+        ("GET", "/ollama/api/version", None, Need::User),
+        ("GET", "/api/code/artifacts/run-1", None, Need::User),
+        ("GET", "/api/code/artifacts/run-1/out.txt", None, Need::User),
+        ("POST", "/api/skills/rescan", None, Need::Admin),
+        ("POST", "/api/skills", Some(("multipart", Vec::new())), Need::Admin),
+        ("DELETE", "/api/skills/gate-check", None, Need::Admin),
+        ("GET", "/no/such/route", None, Need::User),
+    ]
+}
+
+async fn send(
+    app: &impl actix_web::dev::Service<actix_http::Request, Response = ServiceResponse, Error = actix_web::Error>,
+    method: &str,
+    uri: &str,
+    body: &Option<(&str, Vec<u8>)>,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut request = test::TestRequest::default().method(method.parse().unwrap()).uri(uri);
+    match body {
+        Some(("multipart", _)) => {
+            let (content_type, payload) = multipart(&archive());
+            request = request.insert_header(("content-type", content_type)).set_payload(payload);
+        }
+        Some((content_type, payload)) => {
+            request = request.insert_header(("content-type", *content_type)).set_payload(payload.clone());
+        }
+        None => {}
+    }
+    for header in headers {
+        request = request.insert_header(*header);
+    }
+    let response = test::call_service(app, request.to_request()).await;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    (status, headers, test::read_body(response).await.to_vec())
+}
+
+fn message(uri: &str, body: &[u8]) -> String {
+    let body: Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("{uri}: not JSON"));
+    if uri.starts_with("/v1/") || uri == "/chat/completions" || uri == "/models" {
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{uri}: {body}");
+        body["error"]["message"].as_str().unwrap().to_string()
+    } else {
+        body["error"].as_str().unwrap_or_else(|| panic!("{uri}: {body}")).to_string()
+    }
+}
+
+#[actix_web::test]
+async fn every_route_against_every_key() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(keyed(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let bearer = |key: &str| format!("Bearer {key}");
+    let (user, admin, wrong, metrics) = (bearer(USER_KEY), bearer(ADMIN_KEY), bearer("sk-nope"), bearer(METRICS_KEY));
+    for (method, uri, body, need) in routes() {
+        for (who, headers) in [
+            ("no key", vec![]),
+            ("wrong key", vec![("authorization", wrong.as_str())]),
+            ("user key", vec![("authorization", user.as_str())]),
+            ("user key in x-api-key", vec![("x-api-key", USER_KEY)]),
+            ("admin key", vec![("authorization", admin.as_str())]),
+            ("metrics key", vec![("authorization", metrics.as_str())]),
+        ] {
+            let (status, response_headers, response) = send(&app, method, uri, &body, &headers).await;
+            let allowed = match (need, who) {
+                (Need::Open, _) => true,
+                (Need::Metrics, w) => w == "metrics key",
+                (Need::User, w) => w.starts_with("user key") || w == "admin key",
+                (Need::Admin, w) => w == "admin key",
+            };
+            if allowed {
+                assert!(
+                    status < 400 || status == 404,
+                    "{who} {method} {uri}: {status} {}",
+                    String::from_utf8_lossy(&response)
+                );
+                continue;
+            }
+            let user_on_admin = need == Need::Admin && who.starts_with("user key");
+            let expected = if user_on_admin { 403 } else { 401 };
+            assert_eq!(status, expected, "{who} {method} {uri}: {}", String::from_utf8_lossy(&response));
+            let text = message(uri, &response);
+            if status == 401 {
+                assert!(response_headers.iter().any(|(k, v)| k == "www-authenticate" && v == "Bearer"), "{uri}");
+                let expected = if who == "no key" { "needs a key" } else { "not valid" };
+                assert!(text.contains(expected), "{who} {uri}: {text}");
+                // The key a client sent is never repeated back.
+                assert!(!text.contains("sk-nope") && !text.contains(USER_KEY), "{text}");
+                if uri.starts_with("/v1/") {
+                    let body: Value = serde_json::from_slice(&response).unwrap();
+                    assert_eq!(body["error"]["code"], "invalid_api_key");
+                }
+            } else {
+                assert!(text.contains("admin key"), "{text}");
+            }
+        }
+    }
+    // The upload went through with the admin key and was deleted with it.
+    assert!(!install.path().join("gate-check").exists());
+    let scraped =
+        String::from_utf8(send(&app, "GET", "/metrics", &None, &[("authorization", metrics.as_str())]).await.2)
+            .unwrap();
+    assert!(scraped.contains("skillhost_refused_requests_total{reason=\"unauthorized\"}"), "{scraped}");
+}
+
+#[actix_web::test]
+async fn loopback_without_keys_is_open_and_user_keys_alone_close_admin_routes() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(AccessConfig::default(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    for (method, uri, body, _) in routes() {
+        // Clients like `openai` always send some key; with none configured it is ignored.
+        for headers in [vec![], vec![("authorization", "Bearer anything")]] {
+            let (status, _, response) = send(&app, method, uri, &body, &headers).await;
+            assert!(![401, 403].contains(&status), "{method} {uri}: {status} {}", String::from_utf8_lossy(&response));
+        }
+    }
+    let whoami: Value = serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[]).await.2).unwrap();
+    assert_eq!(whoami, serde_json::json!({"keys_required": false, "role": "admin"}));
+
+    let install = tempfile::tempdir().unwrap();
+    let only_users = AccessConfig { api_keys: vec![USER_KEY.into()], ..AccessConfig::default() };
+    let state = app_state(only_users, LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let user = format!("Bearer {USER_KEY}");
+    let (status, _, body) = send(&app, "POST", "/api/skills/rescan", &None, &[("authorization", user.as_str())]).await;
+    assert_eq!(status, 403);
+    assert!(message("/api/skills/rescan", &body).contains("start it with --admin-key"));
+    let whoami: Value =
+        serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[("authorization", user.as_str())]).await.2)
+            .unwrap();
+    assert_eq!(whoami, serde_json::json!({"keys_required": true, "role": "user"}));
+    let whoami: Value = serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[]).await.2).unwrap();
+    assert_eq!(whoami["role"], Value::Null);
+}
+
+#[actix_web::test]
+async fn browser_origins_hosts_and_content_types() {
+    let install = tempfile::tempdir().unwrap();
+    let access = AccessConfig {
+        allowed_origins: vec!["http://ui.example:3000".into()],
+        allowed_hosts: vec!["skillhost.internal".into()],
+        ..AccessConfig::default()
+    };
+    let state = app_state(access, LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let chat =
+        Some(("application/json", br#"{"messages": [{"role": "user", "content": "hi"}], "maxTokens": 4}"#.to_vec()));
+    let host = ("host", "127.0.0.1:5000");
+    // Another page (another port is another origin) cannot start work or install.
+    for (method, uri, body) in
+        [("POST", "/api/chat", chat.clone()), ("POST", "/api/skills", Some(("multipart", Vec::new())))]
+    {
+        let (status, _, response) = send(&app, method, uri, &body, &[host, ("origin", "http://127.0.0.1:5001")]).await;
+        assert_eq!(status, 403, "{uri}");
+        assert!(message(uri, &response).contains("not this server's own origin"));
+    }
+    assert!(!install.path().join("gate-check").exists());
+    let (status, _, _) = send(&app, "POST", "/api/chat", &chat, &[host, ("sec-fetch-site", "cross-site")]).await;
+    assert_eq!(status, 403);
+    // The page the server itself served may.
+    let (status, _, _) = send(&app, "POST", "/api/chat", &chat, &[host, ("origin", "http://127.0.0.1:5000")]).await;
+    assert_eq!(status, 200);
+    // An allowed origin may, and can read the answer.
+    let allowed = ("origin", "http://ui.example:3000");
+    let (status, headers, _) = send(&app, "POST", "/api/chat", &chat, &[host, allowed]).await;
+    assert_eq!(status, 200);
+    assert!(headers.contains(&("access-control-allow-origin".into(), "http://ui.example:3000".into())));
+    // Preflights: answered for allowed origins only.
+    let (status, headers, _) = send(&app, "OPTIONS", "/v1/chat/completions", &None, &[host, allowed]).await;
+    assert_eq!(status, 204);
+    assert!(headers.iter().any(|(k, v)| k == "access-control-allow-headers" && v.contains("authorization")));
+    let (status, _, _) =
+        send(&app, "OPTIONS", "/v1/chat/completions", &None, &[host, ("origin", "http://evil.example")]).await;
+    assert_eq!(status, 403);
+    // A form (or a no-cors fetch) can only send form and text types.
+    for content_type in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"] {
+        let body = Some((content_type, br#"{"message": "hi"}"#.to_vec()));
+        let (status, _, response) = send(&app, "POST", "/api/chat", &body, &[host]).await;
+        assert_eq!(status, 415, "{content_type}");
+        assert!(message("/api/chat", &response).contains("application/json"));
+    }
+    // DNS rebinding: a loopback server answers only to loopback names.
+    for name in ["localhost:5000", "[::1]:5000", "app.localhost", "skillhost.internal:5000"] {
+        let (status, _, _) = send(&app, "GET", "/v1/models", &None, &[("host", name)]).await;
+        assert_eq!(status, 200, "{name}");
+    }
+    let (status, _, response) = send(&app, "GET", "/v1/models", &None, &[("host", "evil.example:5000")]).await;
+    assert_eq!(status, 403);
+    assert!(message("/v1/models", &response).contains("--allowed-hosts"));
+    // Bound to a routable address, names are the operator's business.
+    let install = tempfile::tempdir().unwrap();
+    let open = AccessConfig { insecure_no_auth: true, ..AccessConfig::default() };
+    let state = app_state(open, IpAddr::from([0, 0, 0, 0]), Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (status, _, _) = send(&app, "GET", "/v1/models", &None, &[("host", "skillhost.example:5000")]).await;
+    assert_eq!(status, 200);
+}
+
+#[actix_web::test]
+async fn admission_refuses_past_the_queue_and_gives_places_back() {
+    let install = tempfile::tempdir().unwrap();
+    // One decoding and one waiting: the third is refused.
+    let state = app_state(AccessConfig::default(), LOOPBACK, Admission::new(1, 1), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let stream = Some((
+        "application/json",
+        br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}"#.to_vec(),
+    ));
+    let payload = stream.clone().unwrap().1;
+    let open = || {
+        test::TestRequest::post()
+            .uri("/v1/chat/completions")
+            .insert_header(("content-type", "application/json"))
+            .set_payload(payload.clone())
+            .to_request()
+    };
+    // A streaming response holds its place until its body is finished or dropped.
+    let first = test::call_service(&app, open()).await;
+    let second = test::call_service(&app, open()).await;
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    assert_eq!(state.admission.in_flight(), 2);
+    let (status, headers, body) = send(&app, "POST", "/v1/chat/completions", &stream, &[]).await;
+    assert_eq!(status, 503);
+    assert!(headers.contains(&("retry-after".into(), crate::http::access::RETRY_AFTER_SECONDS.to_string())));
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-queued"), "{body}");
+    // Work that is not generation is never refused for capacity.
+    assert_eq!(send(&app, "GET", "/v1/models", &None, &[]).await.0, 200);
+    let scraped = String::from_utf8(send(&app, "GET", "/metrics", &None, &[]).await.2).unwrap();
+    assert!(scraped.contains("skillhost_refused_requests_total{reason=\"overloaded\"} 1"), "{scraped}");
+    assert!(scraped.contains("skillhost_admitted_requests 2"), "{scraped}");
+    // A finished stream and a dropped one both give their places back.
+    let finished = test::read_body(first).await;
+    assert!(String::from_utf8_lossy(&finished).contains("[DONE]"));
+    drop(second);
+    assert_eq!(state.admission.in_flight(), 0);
+    assert_eq!(send(&app, "POST", "/v1/chat/completions", &stream, &[]).await.0, 200);
+}
