@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::EngineError;
 use crate::executor;
 use crate::format::{ChatFormat, GrammarSpec};
-use crate::sampling::SamplingParams;
+use crate::sampling::{CompiledGrammar, SamplingParams};
 use crate::tokenizer::Tokenizer;
 use llama_cpp_2::token::LlamaToken;
 
@@ -142,6 +142,8 @@ pub(crate) enum Command {
         request: Box<GenerateRequest>,
         /// The prompt, tokenized by the submitter.
         tokens: Vec<LlamaToken>,
+        /// The grammar, converted by the submitter.
+        grammar: Option<CompiledGrammar>,
         reply: oneshot::Sender<Result<Submitted, EngineError>>,
     },
     /// Makes the engine thread panic, to test recovery.
@@ -234,9 +236,13 @@ impl Engine {
         if tokens.len() >= n_ctx {
             return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx });
         }
+        let grammar = match &request.grammar {
+            Some(spec) => Some(convert_grammar(spec.clone()).await?),
+            None => None,
+        };
         let (reply, reply_rx) = oneshot::channel();
         self.commands
-            .send(Command::Submit { request: Box::new(request), tokens, reply })
+            .send(Command::Submit { request: Box::new(request), tokens, grammar, reply })
             .map_err(|_| EngineError::Stopped)?;
         reply_rx.await.map_err(|_| EngineError::Stopped)?
     }
@@ -269,6 +275,27 @@ pub fn at_idle_priority<T>(work: impl FnOnce() -> T) -> T {
         unsafe { libc::sched_setscheduler(0, previous, &param) };
     }
     result
+}
+
+/// Stack of the thread that converts a JSON schema into a grammar.
+/// llama.cpp's converter recurses once per nesting level and property;
+/// schemas are bounded before they get here (`schema_limits`), and this
+/// much stack leaves the bounded worst case far from the guard page.
+pub const GRAMMAR_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Converts a schema on a thread of its own: off the engine thread (a large
+/// schema takes a while), at idle priority, and with a stack deep enough for
+/// any schema the bounds admit.
+async fn convert_grammar(spec: GrammarSpec) -> Result<CompiledGrammar, EngineError> {
+    let (done, result) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("grammar".into())
+        .stack_size(GRAMMAR_STACK_BYTES)
+        .spawn(move || {
+            let _ = done.send(at_idle_priority(|| crate::grammar::compile(&spec)));
+        })
+        .map_err(|err| EngineError::InvalidGrammar(format!("cannot start the grammar conversion: {err}")))?;
+    result.await.map_err(|_| EngineError::InvalidGrammar("the grammar conversion failed".into()))?
 }
 
 /// Reports the thread's end, including a panic, when dropped.

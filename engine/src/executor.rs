@@ -30,7 +30,7 @@ use crate::engine::{
 use crate::error::EngineError;
 use crate::format::ChatFormat;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence};
-use crate::sampling::Sampler;
+use crate::sampling::{CompiledGrammar, Sampler};
 use crate::template::ChatTemplate;
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
@@ -304,8 +304,8 @@ impl<'m> Executor<'m> {
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Submit { request, tokens, reply } => {
-                let result = self.prepare(request, tokens);
+            Command::Submit { request, tokens, grammar, reply } => {
+                let result = self.prepare(request, tokens, grammar);
                 match result {
                     Ok((queued, submitted)) => {
                         if reply.send(Ok(submitted)).is_ok() {
@@ -322,14 +322,14 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Compiles the grammar and the sampler (the prompt came tokenized and
-    /// checked), so the caller learns of bad input before anything is queued.
+    /// Builds the sampler (the prompt came tokenized and checked, the grammar
+    /// converted), so the caller learns of bad input before anything is queued.
     fn prepare(
         &mut self,
         request: Box<GenerateRequest>,
         tokens: Vec<LlamaToken>,
+        grammar: Option<CompiledGrammar>,
     ) -> Result<(Queued, Submitted), EngineError> {
-        let grammar = request.grammar.as_ref().map(crate::grammar::compile).transpose()?;
         let sampler = Sampler::new(self.model, &request.sampling, grammar.as_ref(), &self.eog_tokens)?;
         let (events, events_rx) = mpsc::unbounded_channel();
         let n_prompt = tokens.len();

@@ -1,5 +1,5 @@
 //! Turning a [`GrammarSpec`] into GBNF with llama.cpp's JSON-schema converter.
-//! Runs on the engine thread only.
+//! Runs on a thread of its own with a deep stack (`engine::convert_grammar`).
 
 use crate::error::EngineError;
 use crate::format::GrammarSpec;

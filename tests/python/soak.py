@@ -88,11 +88,13 @@ def one_request(url, rng, stats):
                 last = line
             if cut >= 0 and read >= cut:
                 stats.count("disconnected")
-                return
-        stats.count("completed")
-    # A Web UI turn that finished named its conversation; closing it is
-    # what the page's "New chat" does. (One whose client left before
-    # learning the id is closed by the server.)
+                break
+        else:
+            stats.count("completed")
+    # A Web UI turn whose final frame arrived named its conversation (even
+    # if the client hung up right after); closing it is what the page's
+    # "New chat" does. One whose client left before learning the id is
+    # closed by the server.
     if surface == "webui" and last.startswith("data: "):
         conversation = json.loads(last[len("data: "):]).get("conversationId")
         if conversation:
