@@ -178,9 +178,7 @@ impl Access {
     /// The caller's role by the key it sent. With no keys configured at
     /// all, everyone is an admin (the loopback default).
     pub fn role(&self, request: &ServiceRequest) -> Role {
-        let Some(sent) = sent_key(request) else {
-            return if self.user_keys_required() || self.admin_keys_configured() { Role::None } else { Role::Admin };
-        };
+        let Some(sent) = sent_key(request) else { return self.anonymous() };
         let sent = digest(sent);
         let keys = match self.keys.read() {
             Ok(keys) => keys,
@@ -190,11 +188,21 @@ impl Access {
             Role::Admin
         } else if holds(&keys.user, &sent) {
             Role::User
-        } else if self.user_keys_required() || self.admin_keys_configured() {
-            Role::None
         } else {
-            // A key sent to a server without keys is ignored, as clients
-            // like `openai` always send one.
+            // A key this server does not know counts as none: clients like
+            // `openai` always send one, even to a server without keys.
+            self.anonymous()
+        }
+    }
+
+    /// The role of a caller without a valid key: anyone may do what needs
+    /// no key (everything, when no key is configured at all).
+    fn anonymous(&self) -> Role {
+        if self.user_keys_required() {
+            Role::None
+        } else if self.admin_keys_configured() {
+            Role::User
+        } else {
             Role::Admin
         }
     }
@@ -233,7 +241,8 @@ impl Access {
                     Err(ApiError::Forbidden(
                         "changing skills needs an admin key, and this server has none: start it with --admin-key (or --admin-key-file)".into(),
                     ))
-                } else if role == Role::User {
+                } else if role == Role::User && self.user_keys_required() {
+                    // Only a real user key makes a caller a user when user keys exist.
                     Err(ApiError::Forbidden("changing skills needs an admin key; the key sent is a user key".into()))
                 } else {
                     Err(refuse("changing skills"))
@@ -492,7 +501,8 @@ pub async fn whoami(request: actix_web::HttpRequest, state: web::Data<AppState>)
         Role::Admin => "admin".into(),
     };
     HttpResponse::Ok().json(serde_json::json!({
-        "keys_required": state.access.user_keys_required() || state.access.admin_keys_configured(),
+        "keys_required": state.access.user_keys_required(),
+        "admin_keys": state.access.admin_keys_configured(),
         "role": role,
     }))
 }

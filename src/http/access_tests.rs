@@ -267,7 +267,7 @@ async fn loopback_without_keys_is_open_and_user_keys_alone_close_admin_routes() 
         }
     }
     let whoami: Value = serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[]).await.2).unwrap();
-    assert_eq!(whoami, serde_json::json!({"keys_required": false, "role": "admin"}));
+    assert_eq!(whoami, serde_json::json!({"keys_required": false, "admin_keys": false, "role": "admin"}));
 
     let install = tempfile::tempdir().unwrap();
     let only_users = AccessConfig { api_keys: vec![USER_KEY.into()], ..AccessConfig::default() };
@@ -280,9 +280,21 @@ async fn loopback_without_keys_is_open_and_user_keys_alone_close_admin_routes() 
     let whoami: Value =
         serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[("authorization", user.as_str())]).await.2)
             .unwrap();
-    assert_eq!(whoami, serde_json::json!({"keys_required": true, "role": "user"}));
+    assert_eq!(whoami, serde_json::json!({"keys_required": true, "admin_keys": false, "role": "user"}));
     let whoami: Value = serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[]).await.2).unwrap();
     assert_eq!(whoami["role"], Value::Null);
+
+    // Admin keys alone: chat stays open to anyone, changes need the key.
+    let install = tempfile::tempdir().unwrap();
+    let only_admins = AccessConfig { admin_keys: vec![ADMIN_KEY.into()], ..AccessConfig::default() };
+    let state = app_state(only_admins, LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let whoami: Value = serde_json::from_slice(&send(&app, "GET", "/api/whoami", &None, &[]).await.2).unwrap();
+    assert_eq!(whoami, serde_json::json!({"keys_required": false, "admin_keys": true, "role": "user"}));
+    assert_eq!(send(&app, "GET", "/v1/models", &None, &[("authorization", "Bearer sk-any")]).await.0, 200);
+    assert_eq!(send(&app, "POST", "/api/skills/rescan", &None, &[]).await.0, 401);
+    let admin = format!("Bearer {ADMIN_KEY}");
+    assert_eq!(send(&app, "POST", "/api/skills/rescan", &None, &[("authorization", admin.as_str())]).await.0, 200);
 }
 
 #[actix_web::test]

@@ -32,6 +32,7 @@ const auth = {
   // 'admin', 'user' or null (GET /api/whoami).
   role: null,
   required: false,
+  adminKeys: false,
 };
 
 // What the skills view last loaded.
@@ -123,12 +124,15 @@ async function refreshAuth() {
     const response = await fetch('/api/whoami', withKey());
     const who = await response.json();
     auth.required = Boolean(who.keys_required);
+    auth.adminKeys = Boolean(who.admin_keys);
     auth.role = who.role ?? null;
   } catch {
     auth.role = null;
   }
   document.body.classList.toggle('is-admin', auth.role === 'admin');
   $('sign-out').hidden = !auth.key;
+  // With admin keys only, chat needs no key; the skills page offers a way in.
+  $('admin-sign-in').hidden = !(auth.adminKeys && auth.role !== 'admin');
   return auth.role;
 }
 
@@ -144,9 +148,10 @@ async function signIn(event) {
   if (!key) return;
   auth.key = key;
   const role = await refreshAuth();
-  if (!role) {
+  // Where chat needs no key, only an admin key means anything.
+  if (!role || (!auth.required && role !== 'admin')) {
     auth.key = null;
-    $('sign-out').hidden = true;
+    await refreshAuth();
     $('sign-in-message').textContent = 'That key is not valid here.';
     return;
   }
@@ -780,6 +785,7 @@ function start() {
 
   $('sign-in').addEventListener('submit', signIn);
   $('sign-out').addEventListener('click', signOut);
+  $('admin-sign-in').addEventListener('click', () => showSignIn('Sign in with an admin key to install, delete or rescan skills.'));
 
   window.addEventListener('hashchange', showView);
   refreshAuth().then((role) => {

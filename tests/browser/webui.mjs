@@ -688,6 +688,7 @@ async function run() {
       await keyedPage.click('#nav-skills');
       await keyedPage.waitForSelector('#skills-view [data-skill="skillhost-api"]');
       check(await keyedPage.isHidden('#upload-form') && await keyedPage.isHidden('#rescan'), 'a user key sees the admin actions');
+      check(await keyedPage.isVisible('#admin-sign-in'), 'a user key is not offered a way to sign in as admin');
 
       await keyedPage.click('#sign-out');
       await keyedPage.waitForSelector('#sign-in:not([hidden])');
@@ -695,6 +696,7 @@ async function run() {
       await keyedPage.click('#sign-in-button');
       await keyedPage.waitForSelector('#upload-form', { state: 'visible' });
       check(await keyedPage.isVisible('#rescan'), 'an admin key does not see Rescan');
+      check(await keyedPage.isHidden('#admin-sign-in'), 'an admin is still offered to sign in as admin');
       await keyedPage.click('#rescan');
       await keyedPage.waitForFunction(() => /^Rescanned/.test(document.getElementById('skills-message').textContent));
     } finally {
