@@ -258,6 +258,28 @@ impl Server {
         }
     }
 
+    /// Tokens the request's own messages and tools make as a prompt, in
+    /// the model's chat format (Anthropic's `count_tokens`). The skills
+    /// block the loop adds is not counted: it is the server's, not the
+    /// client's.
+    pub async fn count_tokens(&self, request: &ChatRequest) -> Result<usize, ChatError> {
+        let unavailable = || ChatError::Unavailable("the model is not ready; try again shortly".into());
+        let backend = ractor::call_t!(self.supervisor, SupervisorMsg::Backend, START_TIMEOUT_MS)
+            .ok()
+            .flatten()
+            .ok_or_else(unavailable)?;
+        let conversation = skillhost_engine::Conversation {
+            messages: &request.messages,
+            tools: &request.tools,
+            tool_choice: &request.tool_choice,
+            parallel_tool_calls: request.parallel_tool_calls,
+            response_format: &request.response_format,
+        };
+        let prepared =
+            backend.info().format.prepare(&conversation).map_err(|err| ChatError::BadRequest(err.to_string()))?;
+        backend.count_tokens(prepared.text).await.map_err(|err| ChatError::Engine(err.to_string()))
+    }
+
     /// Makes the engine thread panic (fault-injection builds only).
     #[cfg(feature = "fault-injection")]
     pub fn inject_engine_panic(&self) {

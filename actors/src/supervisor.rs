@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
-use crate::model::{ModelActor, ModelMsg, ModelSource};
+use crate::model::{ModelActor, ModelBackend, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
@@ -66,6 +66,8 @@ pub enum SupervisorMsg {
     SkillsActor(RpcReplyPort<Option<ActorRef<SkillsMsg>>>),
     /// Sent by the server handle once at start: the artifact store's actor.
     Artifacts(RpcReplyPort<Option<Artifacts>>),
+    /// Sent by the HTTP layer to count a prompt's tokens: the loaded model.
+    Backend(RpcReplyPort<Option<Arc<dyn ModelBackend>>>),
     /// Sent by tests to make the engine thread panic.
     #[cfg(feature = "fault-injection")]
     InjectEnginePanic,
@@ -140,6 +142,13 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Artifacts(reply) => {
                 let _ = reply.send(state.artifacts.clone());
+            }
+            SupervisorMsg::Backend(reply) => {
+                let backend = match &state.model {
+                    Some(model) => ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS).ok(),
+                    None => None,
+                };
+                let _ = reply.send(backend);
             }
             #[cfg(feature = "fault-injection")]
             SupervisorMsg::InjectEnginePanic => {

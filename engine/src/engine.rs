@@ -247,6 +247,21 @@ impl Engine {
         reply_rx.await.map_err(|_| EngineError::Stopped)?
     }
 
+    /// How many tokens `text` is as a whole prompt (tokenized on a
+    /// blocking thread, like a submitted prompt).
+    pub async fn count_tokens(&self, text: String) -> Result<usize, EngineError> {
+        let tokenizer = Arc::clone(&self.tokenizer);
+        tokio::task::spawn_blocking(move || {
+            if text.len() > LARGE_PROMPT_BYTES {
+                at_idle_priority(|| tokenizer.prompt(&text).len())
+            } else {
+                tokenizer.prompt(&text).len()
+            }
+        })
+        .await
+        .map_err(|_| EngineError::Stopped)
+    }
+
     /// Makes the engine thread panic (fault-injection builds only).
     #[cfg(feature = "fault-injection")]
     pub fn inject_panic(&self) {

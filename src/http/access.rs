@@ -73,12 +73,15 @@ fn starts_work(method: &Method, path: &str) -> bool {
 /// another origin cannot reach them without a preflight (a plain form or a
 /// `no-cors` fetch can only send form or text types).
 fn takes_json(method: &Method, path: &str) -> bool {
-    starts_work(method, path) || (*method == Method::POST && path == "/ollama/api/show")
+    starts_work(method, path)
+        || (*method == Method::POST && matches!(path, "/ollama/api/show" | "/v1/messages/count_tokens"))
 }
 
 /// The error shape of the surface a path belongs to.
 pub fn style_for(path: &str) -> ErrorStyle {
-    if path.starts_with("/v1/") || path == "/chat/completions" || path == "/models" {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        ErrorStyle::Anthropic
+    } else if path.starts_with("/v1/") || path == "/chat/completions" || path == "/models" {
         ErrorStyle::OpenAi
     } else {
         ErrorStyle::Plain

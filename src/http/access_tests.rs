@@ -116,6 +116,7 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("GET", "/metrics", None, Need::Metrics),
         ("POST", "/v1/chat/completions", json(&chat), Need::User),
         ("POST", "/chat/completions", json(&chat), Need::User),
+        ("POST", "/v1/messages", json(&chat), Need::User),
         ("GET", "/v1/models", None, Need::User),
         ("GET", "/models", None, Need::User),
         ("GET", "/v1/skills", None, Need::User),
@@ -188,7 +189,10 @@ async fn send(
 
 fn message(uri: &str, body: &[u8]) -> String {
     let body: Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("{uri}: not JSON"));
-    if uri.starts_with("/v1/") || uri == "/chat/completions" || uri == "/models" {
+    if uri == "/v1/messages" {
+        assert_eq!(body["type"], "error", "{uri}: {body}");
+        body["error"]["message"].as_str().unwrap().to_string()
+    } else if uri.starts_with("/v1/") || uri == "/chat/completions" || uri == "/models" {
         assert_eq!(body["error"]["type"], "invalid_request_error", "{uri}: {body}");
         body["error"]["message"].as_str().unwrap().to_string()
     } else {
@@ -237,8 +241,10 @@ async fn every_route_against_every_key() {
                 assert!(text.contains(expected), "{who} {uri}: {text}");
                 // The key a client sent is never repeated back.
                 assert!(!text.contains("sk-nope") && !text.contains(USER_KEY), "{text}");
-                if uri.starts_with("/v1/") {
-                    let body: Value = serde_json::from_slice(&response).unwrap();
+                let body: Value = serde_json::from_slice(&response).unwrap();
+                if uri == "/v1/messages" {
+                    assert_eq!(body["error"]["type"], "authentication_error");
+                } else if uri.starts_with("/v1/") {
                     assert_eq!(body["error"]["code"], "invalid_api_key");
                 }
             } else {

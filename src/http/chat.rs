@@ -5,20 +5,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::stream::{self, Stream};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::{json, Value};
-use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, ModelStatus, Usage};
-use skillhost_engine::{Timings, ToolCall};
+use skillhost_actors::{ChatEvent, ChatStream, ModelStatus};
+use skillhost_engine::ToolCall;
 use std::panic::AssertUnwindSafe;
 
-use crate::http::body::read_json;
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
 };
 use crate::http::peer::PeerWatch;
+use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
 use crate::http::AppState;
 
 fn unix_now() -> u64 {
@@ -119,13 +118,13 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let wire: ChatCompletionRequest = read_json(request, payload).await?;
-    let info = ready_model(state)?;
-    let validated = wire.validate(&info.id)?;
-    let (chat, peer) = start(state, request, validated.request).await?;
+    let Begun { chat, peer, info, stream, include_usage } =
+        begin(state, request, payload, |wire: ChatCompletionRequest| Ok(wire)).await?;
     let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
-    if validated.stream {
-        let body = sse_stream(state.clone(), chat, peer, meta, validated.include_usage);
+    if stream {
+        let started = meta.started;
+        let encoder = OpenAiEncoder { meta, include_usage };
+        let body = event_stream(state.clone(), chat, peer, started, encoder);
         Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -223,123 +222,62 @@ async fn collect(
     Err(ApiError::Internal("the request ended without an answer".into()))
 }
 
-/// What the SSE stream still has to send.
-struct SseState {
-    app: web::Data<AppState>,
-    /// Held so that dropping the response (a client disconnect) stops the request.
-    chat: ChatStream,
-    peer: PeerWatch,
-    meta: ResponseMeta,
-    include_usage: bool,
-    /// Frames ready to send, in order.
-    pending: std::collections::VecDeque<Bytes>,
-    first_output: bool,
-    done: bool,
-}
-
 fn frame(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-/// Turns the request's events into `data:` frames ending with `[DONE]`.
-fn sse_stream(
-    app: web::Data<AppState>,
-    chat: ChatStream,
-    peer: PeerWatch,
+/// OpenAI's chunks: a role chunk first, deltas, a last chunk with the
+/// finish reason (and llama-server's `timings`), the usage chunk when asked
+/// for, and `[DONE]`. Skill steps and tool progress never travel here.
+struct OpenAiEncoder {
     meta: ResponseMeta,
     include_usage: bool,
-) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
-    let mut pending = std::collections::VecDeque::new();
-    pending.push_back(frame(&meta.chunk(json!({"role": "assistant", "content": ""}), None)));
-    let state = SseState { app, chat, peer, meta, include_usage, pending, first_output: true, done: false };
-    let frames = stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(bytes) = state.pending.pop_front() {
-                return Some((Ok(bytes), state));
-            }
-            if state.done {
-                return None;
-            }
-            match state.peer.next_event(&mut state.chat).await {
-                Some(event) => state.on_event(event),
-                // The client left: ending the body drops the request.
-                None if state.peer.is_closed() => return None,
-                None => {
-                    let err = ApiError::Internal("the request ended without an answer".into());
-                    state.fail(&err);
-                }
-            }
-        }
-    });
-    // As in the handler: a panic ends this stream with an error event, not the worker.
-    AssertUnwindSafe(frames).catch_unwind().map(|frame| match frame {
-        Ok(frame) => frame,
-        Err(_) => {
-            tracing::error!("a streamed chat request panicked");
-            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
-            Ok(self::frame(&err.body(ErrorStyle::OpenAi)))
-        }
-    })
 }
 
-impl SseState {
-    fn output_started(&mut self) {
-        if self.first_output {
-            self.first_output = false;
-            self.app.metrics.time_to_first_token.observe(self.meta.started.elapsed().as_secs_f64());
-        }
+impl Encoder for OpenAiEncoder {
+    fn opening(&mut self) -> Vec<Bytes> {
+        vec![frame(&self.meta.chunk(json!({"role": "assistant", "content": ""}), None))]
     }
 
-    fn on_event(&mut self, event: ChatEvent) {
-        match event {
-            ChatEvent::Accepted => {}
-            ChatEvent::Content(text) => {
-                self.output_started();
-                self.pending.push_back(frame(&self.meta.chunk(json!({"content": text}), None)));
-            }
-            ChatEvent::Reasoning(text) => {
-                self.output_started();
-                self.pending.push_back(frame(&self.meta.chunk(json!({"reasoning_content": text}), None)));
-            }
-            ChatEvent::ToolCalls(calls) => {
-                self.output_started();
-                for (index, call) in calls.iter().enumerate() {
-                    let delta = json!({"tool_calls": [{
-                        "index": index,
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": call.arguments},
-                    }]});
-                    self.pending.push_back(frame(&self.meta.chunk(delta, None)));
-                }
-            }
-            // Only standard chunks travel on the OpenAI stream.
-            ChatEvent::SkillStep(step) => self.app.metrics.skill_step(&step),
-            ChatEvent::ToolProgress(_) => {}
-            ChatEvent::Finished { finish, usage, timings, rounds: _ } => self.finish(finish, usage, timings),
-            ChatEvent::Failed(err) => self.fail(&err.into()),
-        }
+    fn content(&mut self, text: &str) -> Vec<Bytes> {
+        vec![frame(&self.meta.chunk(json!({"content": text}), None))]
     }
 
-    fn finish(&mut self, finish: ChatFinish, usage: Usage, timings: Timings) {
-        self.app.metrics.finished(usage.prompt_tokens, &timings);
-        let mut last = self.meta.chunk(json!({}), Some(finish_reason(finish)));
-        last["timings"] = timings_json(&timings);
-        self.pending.push_back(frame(&last));
+    fn reasoning(&mut self, text: &str) -> Vec<Bytes> {
+        vec![frame(&self.meta.chunk(json!({"reasoning_content": text}), None))]
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                let delta = json!({"tool_calls": [{
+                    "index": index,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }]});
+                frame(&self.meta.chunk(delta, None))
+            })
+            .collect()
+    }
+
+    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+        let mut last = self.meta.chunk(json!({}), Some(finish_reason(end.finish)));
+        last["timings"] = timings_json(end.timings);
+        let mut frames = vec![frame(&last)];
         if self.include_usage {
             let mut usage_chunk = self.meta.chunk(json!({}), None);
             usage_chunk["choices"] = json!([]);
-            usage_chunk["usage"] = usage_json(&usage, &timings);
-            self.pending.push_back(frame(&usage_chunk));
+            usage_chunk["usage"] = usage_json(end.usage, end.timings);
+            frames.push(frame(&usage_chunk));
         }
-        self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-        self.done = true;
+        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        frames
     }
 
-    /// Errors after the stream started are a final `data:` event.
-    fn fail(&mut self, err: &ApiError) {
-        self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
-        self.pending.push_back(frame(&err.body(ErrorStyle::OpenAi)));
-        self.done = true;
+    fn error_frame(err: &ApiError) -> Bytes {
+        frame(&err.body(ErrorStyle::OpenAi))
     }
 }

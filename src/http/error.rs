@@ -48,10 +48,12 @@ pub enum ApiError {
     Internal(String),
 }
 
-/// How an error body is shaped: OpenAI's under `/v1`, a plain string elsewhere.
+/// How an error body is shaped: OpenAI's under `/v1`, Anthropic's on
+/// `/v1/messages`, a plain string elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorStyle {
     OpenAi,
+    Anthropic,
     Plain,
 }
 
@@ -101,6 +103,19 @@ impl ApiError {
     pub fn body(&self, style: ErrorStyle) -> serde_json::Value {
         match style {
             ErrorStyle::Plain => json!({"error": self.to_string()}),
+            ErrorStyle::Anthropic => {
+                // Anthropic's error types, by status.
+                let kind = match self.status().as_u16() {
+                    400 | 405 | 415 => "invalid_request_error",
+                    401 => "authentication_error",
+                    403 => "permission_error",
+                    404 => "not_found_error",
+                    413 => "request_too_large",
+                    503 => "overloaded_error",
+                    _ => "api_error",
+                };
+                json!({"type": "error", "error": {"type": kind, "message": self.to_string()}})
+            }
             ErrorStyle::OpenAi => {
                 let (kind, code) = match self {
                     ApiError::BadRequest { .. } => ("invalid_request_error", None),
@@ -214,5 +229,25 @@ impl ResponseError for PlainError {
     }
     fn error_response(&self) -> HttpResponse {
         self.0.response(ErrorStyle::Plain)
+    }
+}
+
+/// An error on Anthropic's Messages route.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(err: ApiError) -> Self {
+        AnthropicError(err)
+    }
+}
+
+impl ResponseError for AnthropicError {
+    fn status_code(&self) -> StatusCode {
+        self.0.status()
+    }
+    fn error_response(&self) -> HttpResponse {
+        self.0.response(ErrorStyle::Anthropic)
     }
 }

@@ -17,6 +17,7 @@ pub struct Metrics {
     /// Requests the access gate refused, by reason (the error kind).
     pub refused: IntCounterVec,
     admitted: IntGauge,
+    conversations: IntGauge,
     active_slots: IntGauge,
     queued: IntGauge,
     cancelled: IntGauge,
@@ -58,6 +59,10 @@ impl Metrics {
             "admitted_requests",
             "Chat requests running or waiting for a slot (bounded by --max-queued).",
         )?;
+        let conversations = IntGauge::new(
+            "open_conversations",
+            "Web UI conversations kept open (each may hold a workspace), at most 64.",
+        )?;
         let active_slots = IntGauge::new("active_slots", "Slots decoding a request right now.")?;
         let queued = IntGauge::new("queued_requests", "Requests waiting for a free slot.")?;
         // A gauge fed from the engine's counter: it restarts at zero when the
@@ -75,6 +80,7 @@ impl Metrics {
         registry.register(Box::new(skill_steps.clone()))?;
         registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(admitted.clone()))?;
+        registry.register(Box::new(conversations.clone()))?;
         registry.register(Box::new(active_slots.clone()))?;
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
@@ -91,6 +97,7 @@ impl Metrics {
             skill_steps,
             refused,
             admitted,
+            conversations,
             active_slots,
             queued,
             cancelled,
@@ -114,8 +121,9 @@ impl Metrics {
     }
 
     /// The text exposition, with gauges read from the engine at scrape time.
-    pub fn render(&self, status: &ModelStatus, admitted: usize) -> String {
+    pub fn render(&self, status: &ModelStatus, admitted: usize, conversations: usize) -> String {
         self.admitted.set(admitted as i64);
+        self.conversations.set(conversations as i64);
         match status {
             ModelStatus::Ready { stats, .. } => {
                 self.model_ready.set(1);

@@ -2,6 +2,7 @@
 //! knows the JSON shapes clients speak.
 
 pub mod access;
+pub mod anthropic;
 pub mod artifacts;
 pub mod body;
 pub mod chat;
@@ -12,6 +13,7 @@ pub mod openai;
 pub mod ops;
 pub mod peer;
 pub mod skills;
+pub mod stream;
 pub mod webui;
 
 use actix_web::web;
@@ -47,6 +49,16 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource(["/v1/chat/completions", "/chat/completions"])
                 .route(web::post().to(chat::chat_completions))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/messages")
+                .route(web::post().to(anthropic::messages))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/messages/count_tokens")
+                .route(web::post().to(anthropic::count_tokens))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

@@ -8,23 +8,20 @@ use std::time::Instant;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
-use futures_util::stream::{self, Stream};
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::RoundStats;
-use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
-use skillhost_engine::{ModelInfo, Timings, ToolCall};
-use std::panic::AssertUnwindSafe;
+use skillhost_actors::{ChatEvent, ChatFinish, Usage};
+use skillhost_engine::{ModelInfo, ToolCall};
 
 use crate::http::body::read_json;
-use crate::http::chat::{guarded, ready_model, start};
+use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
     WireTool, WireToolCall, WireToolChoice,
 };
-use crate::http::peer::PeerWatch;
+use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
 use crate::http::AppState;
 
 /// The Ollama API version we answer `/api/version` with: the one whose
@@ -99,7 +96,7 @@ fn model_name(info: &ModelInfo) -> String {
 }
 
 /// Ollama's request, as the OpenAI request the rest of the server takes.
-fn translate(request: OllamaChatRequest) -> Result<(ChatCompletionRequest, bool), ApiError> {
+fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiError> {
     let options = request.options.unwrap_or_default();
     let max_tokens = match options.num_predict {
         None => None,
@@ -169,8 +166,9 @@ fn translate(request: OllamaChatRequest) -> Result<(ChatCompletionRequest, bool)
             name: message.tool_name,
         });
     }
-    let stream = request.stream.unwrap_or(true);
     let wire = ChatCompletionRequest {
+        // Ollama streams unless told otherwise.
+        stream: request.stream.unwrap_or(true),
         model: request.model.map(|m| m.strip_suffix(TAG).map(str::to_string).unwrap_or(m)),
         messages,
         tools: request.tools,
@@ -190,7 +188,7 @@ fn translate(request: OllamaChatRequest) -> Result<(ChatCompletionRequest, bool)
         tool_choice: request.tool_choice,
         ..ChatCompletionRequest::default()
     };
-    Ok((wire, stream))
+    Ok(wire)
 }
 
 /// `POST /api/chat/ollama` and `POST /ollama/api/chat`
@@ -209,17 +207,18 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let ollama: OllamaChatRequest = read_json(request, payload).await?;
-    let info = ready_model(state)?;
-    let (wire, stream) = translate(ollama)?;
-    let validated = wire.validate(&info.id)?;
-    let (mut chat, mut peer) = start(state, request, validated.request).await?;
-    let reply = Reply { app: state.clone(), model: model_name(&info), started, first_output: true };
+    let Begun { mut chat, mut peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let reply = Reply { model: model_name(&info), started };
     if stream {
-        let lines = ndjson_stream(reply, chat, peer);
+        let lines = event_stream(state.clone(), chat, peer, started, OllamaEncoder { reply });
         return Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(lines));
     }
-    let mut reply = reply;
+    let mut first_output = true;
+    let mut output_started = || {
+        if std::mem::take(&mut first_output) {
+            state.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
+        }
+    };
     let mut content = String::new();
     let mut thinking = String::new();
     let mut calls = Vec::new();
@@ -227,16 +226,20 @@ async fn serve(
         match event {
             ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
             ChatEvent::Content(text) => {
-                reply.output_started();
+                output_started();
                 content.push_str(&text);
             }
             ChatEvent::Reasoning(text) => {
-                reply.output_started();
+                output_started();
                 thinking.push_str(&text);
             }
             ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
-            ChatEvent::ToolCalls(made) => calls = made,
+            ChatEvent::ToolCalls(made) => {
+                output_started();
+                calls = made;
+            }
             ChatEvent::Finished { finish, usage, timings, rounds } => {
+                state.metrics.finished(usage.prompt_tokens, &timings);
                 let mut message = json!({"role": "assistant", "content": content});
                 if !thinking.is_empty() {
                     message["thinking"] = Value::String(thinking);
@@ -244,7 +247,7 @@ async fn serve(
                 if !calls.is_empty() {
                     message["tool_calls"] = tool_calls_json(&calls);
                 }
-                return Ok(HttpResponse::Ok().json(reply.done(message, finish, usage, &timings, &rounds)));
+                return Ok(HttpResponse::Ok().json(reply.done(message, finish, &usage, &rounds)));
             }
             ChatEvent::Failed(err) => return Err(err.into()),
         }
@@ -254,10 +257,8 @@ async fn serve(
 
 /// What every line of one reply shares.
 struct Reply {
-    app: web::Data<AppState>,
     model: String,
     started: Instant,
-    first_output: bool,
 }
 
 fn now() -> String {
@@ -282,27 +283,12 @@ fn tool_calls_json(calls: &[ToolCall]) -> Value {
 }
 
 impl Reply {
-    fn output_started(&mut self) {
-        if self.first_output {
-            self.first_output = false;
-            self.app.metrics.time_to_first_token.observe(self.started.elapsed().as_secs_f64());
-        }
-    }
-
     fn line(&self, message: Value) -> Value {
         json!({"model": self.model, "created_at": now(), "message": message, "done": false})
     }
 
     /// The last object: Ollama's counts and durations (nanoseconds).
-    fn done(
-        &self,
-        message: Value,
-        finish: ChatFinish,
-        usage: Usage,
-        timings: &Timings,
-        rounds: &[RoundStats],
-    ) -> Value {
-        self.app.metrics.finished(usage.prompt_tokens, timings);
+    fn done(&self, message: Value, finish: ChatFinish, usage: &Usage, rounds: &[RoundStats]) -> Value {
         let total = nanos(self.started.elapsed().as_secs_f64() * 1000.0);
         let prompt: u64 = rounds.iter().map(|r| nanos(r.time_to_first_token_ms)).sum();
         json!({
@@ -325,69 +311,33 @@ fn line_bytes(value: &Value) -> Bytes {
     Bytes::from(format!("{value}\n"))
 }
 
-/// One JSON object per line, the last with `done: true`.
-fn ndjson_stream(
+/// Ollama's stream: one JSON object per line, the last with `done: true`.
+struct OllamaEncoder {
     reply: Reply,
-    chat: ChatStream,
-    peer: PeerWatch,
-) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
-    struct State {
-        reply: Reply,
-        chat: ChatStream,
-        peer: PeerWatch,
-        done: bool,
+}
+
+impl Encoder for OllamaEncoder {
+    fn content(&mut self, text: &str) -> Vec<Bytes> {
+        vec![line_bytes(&self.reply.line(json!({"role": "assistant", "content": text})))]
     }
-    let state = State { reply, chat, peer, done: false };
-    let lines = stream::unfold(state, |mut state| async move {
-        if state.done {
-            return None;
-        }
-        loop {
-            let line = match state.peer.next_event(&mut state.chat).await {
-                Some(ChatEvent::Accepted | ChatEvent::ToolProgress(_)) => continue,
-                Some(ChatEvent::SkillStep(step)) => {
-                    state.reply.app.metrics.skill_step(&step);
-                    continue;
-                }
-                Some(ChatEvent::Content(text)) => {
-                    state.reply.output_started();
-                    state.reply.line(json!({"role": "assistant", "content": text}))
-                }
-                Some(ChatEvent::Reasoning(text)) => {
-                    state.reply.output_started();
-                    state.reply.line(json!({"role": "assistant", "content": "", "thinking": text}))
-                }
-                Some(ChatEvent::ToolCalls(calls)) => {
-                    state.reply.line(json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(&calls)}))
-                }
-                Some(ChatEvent::Finished { finish, usage, timings, rounds }) => {
-                    state.done = true;
-                    let message = json!({"role": "assistant", "content": ""});
-                    state.reply.done(message, finish, usage, &timings, &rounds)
-                }
-                Some(ChatEvent::Failed(err)) => {
-                    state.done = true;
-                    let err = ApiError::from(err);
-                    state.reply.app.metrics.errors.with_label_values(&[err.kind()]).inc();
-                    err.body(ErrorStyle::Plain)
-                }
-                None if state.peer.is_closed() => return None,
-                None => {
-                    state.done = true;
-                    ApiError::Internal("the request ended without an answer".into()).body(ErrorStyle::Plain)
-                }
-            };
-            return Some((Ok(line_bytes(&line)), state));
-        }
-    });
-    AssertUnwindSafe(lines).catch_unwind().map(|line| match line {
-        Ok(line) => line,
-        Err(_) => {
-            tracing::error!("a streamed Ollama request panicked");
-            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
-            Ok(line_bytes(&err.body(ErrorStyle::Plain)))
-        }
-    })
+
+    fn reasoning(&mut self, text: &str) -> Vec<Bytes> {
+        vec![line_bytes(&self.reply.line(json!({"role": "assistant", "content": "", "thinking": text})))]
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        let message = json!({"role": "assistant", "content": "", "tool_calls": tool_calls_json(calls)});
+        vec![line_bytes(&self.reply.line(message))]
+    }
+
+    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+        let message = json!({"role": "assistant", "content": ""});
+        vec![line_bytes(&self.reply.done(message, end.finish, end.usage, end.rounds))]
+    }
+
+    fn error_frame(err: &ApiError) -> Bytes {
+        line_bytes(&err.body(ErrorStyle::Plain))
+    }
 }
 
 fn details(info: &ModelInfo) -> Value {
@@ -478,7 +428,10 @@ mod tests {
     use super::*;
 
     fn translated(body: Value) -> Result<(ChatCompletionRequest, bool), ApiError> {
-        translate(serde_json::from_value(body).unwrap())
+        translate(serde_json::from_value(body).unwrap()).map(|wire| {
+            let stream = wire.stream;
+            (wire, stream)
+        })
     }
 
     #[test]

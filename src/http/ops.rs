@@ -22,18 +22,29 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let text = state.metrics.render(&state.server.status(), state.admission.in_flight());
+    let text =
+        state.metrics.render(&state.server.status(), state.admission.in_flight(), state.server.conversations().len());
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
 /// `GET /v1/models`: the loaded model with its context length.
 pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiError> {
     let info = ready_model(&state)?;
+    let created_at = chrono::DateTime::<chrono::Utc>::from_timestamp(state.started_at as i64, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    // OpenAI's list, with the fields Anthropic's SDK reads as well.
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
+        "has_more": false,
+        "first_id": info.id,
+        "last_id": info.id,
         "data": [{
             "id": info.id,
             "object": "model",
+            "type": "model",
+            "display_name": info.id,
+            "created_at": created_at,
             "created": state.started_at,
             "owned_by": "skillhost",
             "context_length": info.n_ctx,

@@ -7,13 +7,9 @@ use std::time::{Duration, Instant};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::stream::{self, Stream};
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::{SkillStep, ToolPhase, ToolProgress};
-use skillhost_actors::{ChatEvent, ChatStream};
-use std::panic::AssertUnwindSafe;
 
 use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model, start};
@@ -22,7 +18,7 @@ use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, WireMessage,
     WireToolChoice,
 };
-use crate::http::peer::PeerWatch;
+use crate::http::stream::{event_stream, Encoder, Finish};
 use crate::http::AppState;
 
 /// A comment frame goes out after this long without any other, so proxies
@@ -171,19 +167,14 @@ async fn start_chat(
     })?;
     validated.request.conversation = Some(conversation.clone());
     let (chat, peer) = start(state, request, validated.request).await?;
-    let stream = web_stream(WebStream {
+    let encoder = WebEncoder {
         app: state.clone(),
-        chat,
-        peer,
         conversation,
         new_conversation,
-        id_queued: false,
         id_delivered: false,
-        started,
-        first_output: true,
-        pending: Default::default(),
-        done: false,
-    });
+        keep_alive: state.keep_alive,
+    };
+    let stream = event_stream(state.clone(), chat, peer, started, encoder);
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -202,30 +193,71 @@ pub async fn close_conversation(state: web::Data<AppState>, id: web::Path<String
     Ok(HttpResponse::Ok().json(json!({"closed": closed})))
 }
 
-struct WebStream {
+/// The Web UI's frames: `content`, `reasoning`, `skill_step`,
+/// `tool_progress` and `tool_calls` objects, and a `done` frame that names
+/// the conversation; comment frames keep a quiet connection open.
+struct WebEncoder {
     app: web::Data<AppState>,
-    chat: ChatStream,
-    peer: PeerWatch,
     conversation: String,
     /// This turn started the conversation: until its final frame (which
     /// names the id) reaches the client, nobody else knows the id.
     new_conversation: bool,
-    /// The final frame (with the id) is queued, and then handed over.
-    id_queued: bool,
     id_delivered: bool,
-    started: Instant,
-    first_output: bool,
-    pending: std::collections::VecDeque<Bytes>,
-    done: bool,
+    keep_alive: Duration,
 }
 
-impl Drop for WebStream {
+impl Drop for WebEncoder {
     /// A client that left before learning a new conversation's id can never
     /// continue it: its workspace goes now, not after the idle limit.
     fn drop(&mut self) {
         if self.new_conversation && !self.id_delivered {
             self.app.server.conversations().close(&self.conversation);
         }
+    }
+}
+
+impl Encoder for WebEncoder {
+    fn content(&mut self, text: &str) -> Vec<Bytes> {
+        vec![frame(&json!({"content": text}))]
+    }
+
+    fn reasoning(&mut self, text: &str) -> Vec<Bytes> {
+        vec![frame(&json!({"reasoning": text}))]
+    }
+
+    fn tool_calls(&mut self, calls: &[skillhost_engine::ToolCall]) -> Vec<Bytes> {
+        vec![frame(&json!({"tool_calls": tool_calls_json(calls)}))]
+    }
+
+    fn skill_step(&mut self, step: &SkillStep) -> Vec<Bytes> {
+        vec![frame(&skill_step_json(step))]
+    }
+
+    fn tool_progress(&mut self, progress: &ToolProgress) -> Vec<Bytes> {
+        vec![frame(&tool_progress_json(progress))]
+    }
+
+    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+        vec![frame(&json!({
+            "done": true,
+            "finish_reason": finish_reason(end.finish),
+            "usage": usage_json(end.usage, end.timings),
+            "timings": timings_json(end.timings),
+            "rounds": rounds_json(end.rounds),
+            "conversationId": self.conversation,
+        }))]
+    }
+
+    fn error_frame(err: &ApiError) -> Bytes {
+        frame(&err.body(ErrorStyle::Plain))
+    }
+
+    fn keep_alive(&self) -> Option<(Duration, Bytes)> {
+        Some((self.keep_alive, Bytes::from_static(b": keep-alive\n\n")))
+    }
+
+    fn delivered(&mut self) {
+        self.id_delivered = true;
     }
 }
 
@@ -265,87 +297,4 @@ pub fn tool_progress_json(progress: &ToolProgress) -> Value {
         "round": progress.round,
         "files": files,
     }})
-}
-
-fn web_stream(state: WebStream) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
-    let frames = stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(bytes) = state.pending.pop_front() {
-                if state.id_queued && state.pending.is_empty() {
-                    state.id_delivered = true;
-                }
-                return Some((Ok(bytes), state));
-            }
-            if state.done {
-                return None;
-            }
-            let keep_alive = state.app.keep_alive;
-            match tokio::time::timeout(keep_alive, state.peer.next_event(&mut state.chat)).await {
-                Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), state)),
-                Ok(Some(event)) => state.on_event(event),
-                // The client left: ending the body drops the request.
-                Ok(None) if state.peer.is_closed() => return None,
-                Ok(None) => state.fail(&ApiError::Internal("the request ended without an answer".into())),
-            }
-        }
-    });
-    AssertUnwindSafe(frames).catch_unwind().map(|frame| match frame {
-        Ok(frame) => frame,
-        Err(_) => {
-            tracing::error!("a Web UI stream panicked");
-            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
-            Ok(self::frame(&err.body(ErrorStyle::Plain)))
-        }
-    })
-}
-
-impl WebStream {
-    fn output_started(&mut self) {
-        if self.first_output {
-            self.first_output = false;
-            self.app.metrics.time_to_first_token.observe(self.started.elapsed().as_secs_f64());
-        }
-    }
-
-    fn on_event(&mut self, event: ChatEvent) {
-        match event {
-            ChatEvent::Accepted => {}
-            ChatEvent::Content(text) => {
-                self.output_started();
-                self.pending.push_back(frame(&json!({"content": text})));
-            }
-            ChatEvent::Reasoning(text) => {
-                self.output_started();
-                self.pending.push_back(frame(&json!({"reasoning": text})));
-            }
-            ChatEvent::SkillStep(step) => {
-                self.app.metrics.skill_step(&step);
-                self.pending.push_back(frame(&skill_step_json(&step)));
-            }
-            ChatEvent::ToolProgress(progress) => self.pending.push_back(frame(&tool_progress_json(&progress))),
-            ChatEvent::ToolCalls(calls) => {
-                self.pending.push_back(frame(&json!({"tool_calls": tool_calls_json(&calls)})));
-            }
-            ChatEvent::Finished { finish, usage, timings, rounds } => {
-                self.app.metrics.finished(usage.prompt_tokens, &timings);
-                self.pending.push_back(frame(&json!({
-                    "done": true,
-                    "finish_reason": finish_reason(finish),
-                    "usage": usage_json(&usage, &timings),
-                    "timings": timings_json(&timings),
-                    "rounds": rounds_json(&rounds),
-                    "conversationId": self.conversation,
-                })));
-                self.id_queued = true;
-                self.done = true;
-            }
-            ChatEvent::Failed(err) => self.fail(&err.into()),
-        }
-    }
-
-    fn fail(&mut self, err: &ApiError) {
-        self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
-        self.pending.push_back(frame(&err.body(ErrorStyle::Plain)));
-        self.done = true;
-    }
 }

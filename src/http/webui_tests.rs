@@ -184,7 +184,8 @@ async fn ollama_shapes_over_http() {
         "Paris.".to_string(),
         "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string(),
     ];
-    let app = test::init_service(App::new().app_data(state(outputs, false).await).configure(configure)).await;
+    let state = state(outputs, false).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     let body = json!({"model": "scripted:latest", "messages": [{"role": "user", "content": "Capital of France?"}], "stream": false});
     let reply: Value = test::call_and_read_body_json(
         &app,
@@ -214,6 +215,9 @@ async fn ollama_shapes_over_http() {
     );
     assert_eq!(lines.last().unwrap()["done"], true);
     assert!(lines[..lines.len() - 1].iter().all(|l| l["done"] == false));
+    // Both answers (a text, then a tool call on the stream) count their
+    // first output, as every surface does through the one stream core.
+    assert_eq!(state.metrics.time_to_first_token.get_sample_count(), 2);
 
     let body = json!({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]});
     let response =
@@ -343,4 +347,71 @@ async fn a_looping_model_stops_at_the_turn_budget_and_repeats_are_answered_once(
         "{}",
         prompts[2]
     );
+}
+
+/// `event:`/`data:` pairs of an Anthropic stream.
+fn named_events(body: &[u8]) -> Vec<(String, Value)> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .split("\n\n")
+        .filter(|chunk| !chunk.is_empty())
+        .map(|chunk| {
+            let (name, data) = chunk.split_once('\n').unwrap();
+            let name = name.strip_prefix("event: ").unwrap().to_string();
+            let data: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(data["type"], name.as_str(), "{data}");
+            (name, data)
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn anthropic_events_over_http() {
+    let outputs = vec![
+        "Paris.".to_string(),
+        "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string(),
+    ];
+    let state = state(outputs, false).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let body = json!({"model": "claude-haiku-4-5", "max_tokens": 16, "stream": true,
+        "messages": [{"role": "user", "content": "Capital of France?"}]});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/messages").set_json(body).to_request()).await;
+    assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
+    let events = named_events(&test::read_body(response).await);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(events[3].1["delta"], json!({"type": "text_delta", "text": "Paris."}));
+    assert_eq!(events[5].1["delta"]["stop_reason"], "end_turn");
+    assert!(events[5].1["usage"]["output_tokens"].as_u64().unwrap() > 0);
+
+    // A tool call: a tool_use block whose input arrives as one JSON delta.
+    let tools =
+        json!([{"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"max_tokens": 64, "stream": true, "tools": tools,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather?"}]}]});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/messages").set_json(body).to_request()).await;
+    let events = named_events(&test::read_body(response).await);
+    let start =
+        events.iter().find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use").unwrap();
+    assert_eq!(start.1["content_block"]["name"], "weather");
+    let delta = events.iter().find(|(n, _)| n == "content_block_delta").unwrap();
+    assert_eq!(delta.1["delta"]["type"], "input_json_delta");
+    let input: Value = serde_json::from_str(delta.1["delta"]["partial_json"].as_str().unwrap()).unwrap();
+    assert_eq!(input, json!({"city": "Paris"}));
+    let stop = events.iter().find(|(n, _)| n == "message_delta").unwrap();
+    assert_eq!(stop.1["delta"]["stop_reason"], "tool_use");
+    assert_eq!(state.metrics.time_to_first_token.get_sample_count(), 2);
 }

@@ -165,6 +165,12 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
     figures["panics in log"] = text.count("panicked")
     workspaces = [p for p in Path(workspace_dir).glob("skillhost-*/workspaces/*")]
     figures["workspaces after"] = len(workspaces)
+    # A Web UI client that hangs up just as the final frame (naming the
+    # conversation) is written cannot be told apart from one that read it:
+    # that conversation stays open (at most 64, for 30 idle minutes), with
+    # its workspace. Every workspace left must belong to one.
+    figures["open conversations"] = metric(url, "skillhost_open_conversations")
+    figures["workspaces not held by a conversation"] = max(0, len(workspaces) - int(figures["open conversations"]))
     figures["temp entries changed"] = sorted(os.listdir(workspace_dir)) != temp_before
     problems = []
     if stats.counts.get("5xx"):
@@ -172,7 +178,7 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
     if errors:
         problems.append(f"client errors: {errors[:3]}")
     for key in ("active slots after", "admitted after", "queued after", "helper processes after",
-                "panics in log", "workspaces after"):
+                "panics in log", "workspaces not held by a conversation"):
         if figures[key]:
             problems.append(f"{key}: {figures[key]}")
     if figures["temp entries changed"]:

@@ -11,6 +11,9 @@ use skillhost_engine::{Engine, EngineError, EngineStats, GenerateRequest, ModelI
 /// A boxed future returned by [`ModelBackend::submit`].
 pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Submitted, EngineError>> + Send + 'a>>;
 
+/// A boxed future returned by [`ModelBackend::count_tokens`].
+pub type CountFuture<'a> = Pin<Box<dyn Future<Output = Result<usize, EngineError>> + Send + 'a>>;
+
 /// A model that can run generation requests.
 pub trait ModelBackend: Send + Sync {
     /// Facts about the model, its chat format included.
@@ -19,6 +22,8 @@ pub trait ModelBackend: Send + Sync {
     fn stats(&self) -> &Arc<EngineStats>;
     /// Queues a request; see [`Engine::submit`].
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_>;
+    /// Tokens in `text` as a whole prompt; see [`Engine::count_tokens`].
+    fn count_tokens(&self, text: String) -> CountFuture<'_>;
 }
 
 impl ModelBackend for Engine {
@@ -32,5 +37,9 @@ impl ModelBackend for Engine {
 
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
         Box::pin(Engine::submit(self, request))
+    }
+
+    fn count_tokens(&self, text: String) -> CountFuture<'_> {
+        Box::pin(Engine::count_tokens(self, text))
     }
 }

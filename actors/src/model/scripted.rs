@@ -13,7 +13,7 @@ use skillhost_engine::{
 };
 use tokio::sync::mpsc;
 
-use super::backend::{ModelBackend, SubmitFuture};
+use super::backend::{CountFuture, ModelBackend, SubmitFuture};
 
 /// Bytes per streamed piece, small enough to split markup across pieces.
 const PIECE_BYTES: usize = 7;
@@ -72,6 +72,11 @@ impl ModelBackend for ScriptedBackend {
 
     fn stats(&self) -> &Arc<EngineStats> {
         &self.stats
+    }
+
+    fn count_tokens(&self, text: String) -> CountFuture<'_> {
+        // As `submit` counts a prompt.
+        Box::pin(async move { Ok(text.len().div_ceil(4)) })
     }
 
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {

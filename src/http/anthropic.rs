@@ -1,0 +1,537 @@
+//! Anthropic's Messages API, `POST /v1/messages`, for Claude Code and the
+//! `anthropic` SDK: the request is translated into the OpenAI request the
+//! rest of the server takes (one validator), and the answer comes back as
+//! content blocks, or as Anthropic's typed stream events through the one
+//! stream core.
+//!
+//! The model name is not checked: Anthropic clients name Claude models
+//! (Claude Code even picks a smaller one for side tasks), and the one
+//! model loaded here answers them all, as llama-server does.
+
+use std::time::Instant;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use rand::distr::{Alphanumeric, SampleString};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use skillhost_actors::{ChatEvent, ChatFinish, Usage};
+use skillhost_engine::{Timings, ToolCall};
+
+use crate::http::body::read_json;
+use crate::http::chat::{guarded, ready_model};
+use crate::http::error::{AnthropicError, ApiError, ErrorStyle};
+use crate::http::openai::{
+    ChatCompletionRequest, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed, WireTool,
+    WireToolCall, WireToolChoice,
+};
+use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
+use crate::http::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct MessagesRequest {
+    /// Accepted and not checked (see the module comment).
+    #[allow(dead_code)]
+    model: Option<String>,
+    /// Required, as Anthropic requires it.
+    max_tokens: Option<u32>,
+    messages: Vec<AnthropicMessage>,
+    system: Option<TextOrBlocks>,
+    tools: Option<Vec<AnthropicTool>>,
+    tool_choice: Option<AnthropicToolChoice>,
+    stop_sequences: Option<Vec<String>>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    #[serde(default)]
+    stream: bool,
+    /// Accepted: a thinking model's reasoning comes back as `thinking` blocks.
+    #[allow(dead_code)]
+    thinking: Option<Value>,
+    #[allow(dead_code)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    skills: Vec<String>,
+    skills_discovery: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AnthropicMessage {
+    role: String,
+    content: TextOrBlocks,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TextOrBlocks {
+    Text(String),
+    Blocks(Vec<Value>),
+}
+
+#[derive(Debug, Deserialize)]
+struct AnthropicTool {
+    /// Absent (or `custom`) for a client's own tool; Anthropic's server
+    /// tools (web search, code execution, …) carry a versioned type.
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    name: String,
+    description: Option<String>,
+    input_schema: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AnthropicToolChoice {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+    disable_parallel_tool_use: Option<bool>,
+}
+
+fn message_id() -> String {
+    format!("msg_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+}
+
+/// The text of a `tool_result`'s content: a string or text blocks.
+fn result_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut text = String::new();
+            for (n, block) in blocks.iter().enumerate() {
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or_default()),
+                    Some(kind) => {
+                        return Err(ApiError::bad_param(
+                            &format!("{at}.content[{n}]"),
+                            format!(
+                                "a tool result's '{kind}' block is not supported; this server's model reads text only"
+                            ),
+                        ))
+                    }
+                    None => return Err(ApiError::bad_param(&format!("{at}.content[{n}]"), "a block needs a 'type'")),
+                }
+            }
+            Ok(text)
+        }
+        Some(other) => Err(ApiError::bad_param(
+            &format!("{at}.content"),
+            format!("'{at}.content' must be a string or a list of text blocks, got {other}"),
+        )),
+    }
+}
+
+/// Anthropic's request as the OpenAI request the rest of the server takes.
+fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
+    let max_tokens = request
+        .max_tokens
+        .ok_or_else(|| ApiError::bad_param("max_tokens", "'max_tokens' is required (the most tokens to generate)"))?;
+    let mut messages = Vec::new();
+    match request.system {
+        None => {}
+        Some(TextOrBlocks::Text(text)) => messages.push(text_message("system", text)),
+        Some(TextOrBlocks::Blocks(blocks)) => {
+            let text = result_text(Some(&Value::Array(blocks)), "system")?;
+            messages.push(text_message("system", text));
+        }
+    }
+    if request.messages.is_empty() {
+        return Err(ApiError::bad_param("messages", "'messages' must contain at least one message"));
+    }
+    for (index, message) in request.messages.into_iter().enumerate() {
+        let at = format!("messages[{index}]");
+        if !matches!(message.role.as_str(), "user" | "assistant") {
+            return Err(ApiError::bad_param(
+                &format!("{at}.role"),
+                format!("'{at}.role' must be \"user\" or \"assistant\", got \"{}\"", message.role),
+            ));
+        }
+        let blocks = match message.content {
+            TextOrBlocks::Text(text) => {
+                messages.push(text_message(&message.role, text));
+                continue;
+            }
+            TextOrBlocks::Blocks(blocks) => blocks,
+        };
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut results = Vec::new();
+        for (n, block) in blocks.iter().enumerate() {
+            let at = format!("{at}.content[{n}]");
+            let field = |name: &str| block.get(name);
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => text.push_str(field("text").and_then(Value::as_str).unwrap_or_default()),
+                Some("tool_use") if message.role == "assistant" => {
+                    let (Some(id), Some(name)) =
+                        (field("id").and_then(Value::as_str), field("name").and_then(Value::as_str))
+                    else {
+                        return Err(ApiError::bad_param(&at, format!("'{at}' (tool_use) needs an 'id' and a 'name'")));
+                    };
+                    calls.push(WireToolCall {
+                        id: Some(id.to_string()),
+                        kind: Some("function".into()),
+                        function: WireFunctionCall {
+                            name: name.to_string(),
+                            arguments: Some(field("input").cloned().unwrap_or_else(|| json!({}))),
+                        },
+                    });
+                }
+                Some("tool_result") if message.role == "user" => {
+                    let Some(id) = field("tool_use_id").and_then(Value::as_str) else {
+                        return Err(ApiError::bad_param(&at, format!("'{at}' (tool_result) needs a 'tool_use_id'")));
+                    };
+                    let mut content = result_text(field("content"), &at)?;
+                    if field("is_error").and_then(Value::as_bool) == Some(true) {
+                        content = format!("Error: {content}");
+                    }
+                    results.push(WireMessage {
+                        role: "tool".into(),
+                        content: Some(WireContent::Text(content)),
+                        tool_calls: None,
+                        tool_call_id: Some(id.to_string()),
+                        name: None,
+                    });
+                }
+                // Reasoning from earlier turns is not replayed to the model.
+                Some("thinking" | "redacted_thinking") if message.role == "assistant" => {}
+                Some(kind @ ("image" | "document")) => {
+                    return Err(ApiError::bad_param(
+                        &at,
+                        format!("'{at}' is an {kind} block; this server's model reads text only"),
+                    ))
+                }
+                Some(kind) => {
+                    return Err(ApiError::bad_param(
+                        &at,
+                        format!("'{at}' is a '{kind}' block, which a {} message cannot hold here", message.role),
+                    ))
+                }
+                None => return Err(ApiError::bad_param(&at, format!("'{at}' needs a 'type'"))),
+            }
+        }
+        // Tool results answer the assistant turn before them, so they come
+        // first; any text of the same user turn follows them.
+        messages.extend(results);
+        if !text.is_empty() || !calls.is_empty() {
+            messages.push(WireMessage {
+                role: message.role,
+                content: Some(WireContent::Text(text)),
+                tool_calls: (!calls.is_empty()).then_some(calls),
+                tool_call_id: None,
+                name: None,
+            });
+        }
+    }
+    let tools = match request.tools {
+        None => None,
+        Some(tools) => Some(
+            tools
+                .into_iter()
+                .enumerate()
+                .map(|(n, tool)| match tool.kind.as_deref() {
+                    None | Some("custom") => Ok(WireTool {
+                        kind: "function".into(),
+                        function: WireFunction {
+                            name: tool.name,
+                            description: tool.description,
+                            parameters: tool.input_schema,
+                        },
+                    }),
+                    Some(kind) => Err(ApiError::bad_param(
+                        &format!("tools[{n}]"),
+                        format!("'tools[{n}]' is Anthropic's server tool '{kind}', which this server does not run; declare your own tool with an input_schema instead"),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let mut parallel_tool_calls = None;
+    let tool_choice = match request.tool_choice {
+        None => None,
+        Some(choice) => {
+            if choice.disable_parallel_tool_use == Some(true) {
+                parallel_tool_calls = Some(false);
+            }
+            Some(match (choice.kind.as_str(), choice.name) {
+                ("auto", _) => WireToolChoice::Mode("auto".into()),
+                ("any", _) => WireToolChoice::Mode("required".into()),
+                ("none", _) => WireToolChoice::Mode("none".into()),
+                ("tool", Some(name)) => {
+                    WireToolChoice::Function { kind: "function".into(), function: WireNamed { name } }
+                }
+                ("tool", None) => {
+                    return Err(ApiError::bad_param("tool_choice", "'tool_choice' of type \"tool\" needs a 'name'"))
+                }
+                (other, _) => {
+                    return Err(ApiError::bad_param(
+                        "tool_choice.type",
+                        format!("'tool_choice.type' must be \"auto\", \"any\", \"tool\" or \"none\", got \"{other}\""),
+                    ))
+                }
+            })
+        }
+    };
+    let wire = ChatCompletionRequest {
+        messages,
+        max_tokens: Some(max_tokens),
+        stop: request.stop_sequences.map(Stop::Many),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        top_k: request.top_k,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
+        skills: request.skills,
+        skills_discovery: request.skills_discovery,
+        stream: request.stream,
+        ..ChatCompletionRequest::default()
+    };
+    Ok(wire)
+}
+
+fn text_message(role: &str, text: String) -> WireMessage {
+    WireMessage {
+        role: role.into(),
+        content: Some(WireContent::Text(text)),
+        tool_calls: None,
+        tool_call_id: None,
+        name: None,
+    }
+}
+
+fn stop_reason(finish: ChatFinish) -> &'static str {
+    match finish {
+        ChatFinish::Stop => "end_turn",
+        ChatFinish::Length => "max_tokens",
+        ChatFinish::ToolCalls => "tool_use",
+    }
+}
+
+/// Anthropic counts fresh and cached prompt tokens apart.
+fn usage_json(usage: &Usage, timings: &Timings) -> Value {
+    json!({
+        "input_tokens": usage.prompt_tokens.saturating_sub(timings.cache_n),
+        "cache_read_input_tokens": timings.cache_n,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": usage.completion_tokens,
+    })
+}
+
+fn tool_use_json(call: &ToolCall) -> Value {
+    let input = serde_json::from_str::<Value>(&call.arguments).unwrap_or_else(|_| json!({}));
+    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+}
+
+/// `POST /v1/messages`
+pub async fn messages(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, AnthropicError> {
+    let started = Instant::now();
+    Ok(guarded(&state, "anthropic", serve(&state, &request, payload, started)).await?)
+}
+
+async fn serve(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let Begun { mut chat, mut peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let id = message_id();
+    if stream {
+        let encoder = AnthropicEncoder { id, model: info.id.clone(), open: None, index: 0 };
+        let body = event_stream(state.clone(), chat, peer, started, encoder);
+        return Ok(HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .insert_header(("X-Accel-Buffering", "no"))
+            .streaming(body));
+    }
+    let (mut thinking, mut text, mut calls) = (String::new(), String::new(), Vec::new());
+    let mut first_output = true;
+    while let Some(event) = peer.next_event(&mut chat).await {
+        let output = matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_));
+        if output && std::mem::take(&mut first_output) {
+            state.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
+        }
+        match event {
+            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
+            ChatEvent::Content(delta) => text.push_str(&delta),
+            ChatEvent::Reasoning(delta) => thinking.push_str(&delta),
+            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
+            ChatEvent::ToolCalls(made) => calls.extend(made),
+            ChatEvent::Finished { finish, usage, timings, .. } => {
+                state.metrics.finished(usage.prompt_tokens, &timings);
+                let mut content = Vec::new();
+                if !thinking.is_empty() {
+                    content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
+                }
+                if !text.is_empty() {
+                    content.push(json!({"type": "text", "text": text}));
+                }
+                content.extend(calls.iter().map(tool_use_json));
+                return Ok(HttpResponse::Ok().json(json!({
+                    "id": id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": info.id,
+                    "content": content,
+                    "stop_reason": stop_reason(finish),
+                    "stop_sequence": null,
+                    "usage": usage_json(&usage, &timings),
+                })));
+            }
+            ChatEvent::Failed(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Internal("the request ended without an answer".into()))
+}
+
+/// `POST /v1/messages/count_tokens`: the request's messages, system and
+/// tools as a prompt in the model's chat format, in tokens.
+pub async fn count_tokens(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, AnthropicError> {
+    let mut wire: MessagesRequest = read_json(&request, payload).await?;
+    // Counting needs no output budget.
+    wire.max_tokens.get_or_insert(1);
+    wire.stream = false;
+    let info = ready_model(&state)?;
+    let validated = translate(wire)?.validate(&info.id)?;
+    let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;
+    Ok(HttpResponse::Ok().json(json!({"input_tokens": input_tokens})))
+}
+
+/// The kind of content block open on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Text,
+    Thinking,
+}
+
+/// Anthropic's typed events: `message_start`, then content blocks
+/// (`content_block_start`, deltas, `content_block_stop`), `message_delta`
+/// with the stop reason and usage, and `message_stop`; `ping` keeps a
+/// quiet connection open.
+struct AnthropicEncoder {
+    id: String,
+    model: String,
+    open: Option<Block>,
+    /// Index of the next block.
+    index: usize,
+}
+
+fn event(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+impl AnthropicEncoder {
+    /// Closes the open block, if any.
+    fn close(&mut self, frames: &mut Vec<Bytes>) {
+        if self.open.take().is_some() {
+            frames.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.index})));
+            self.index += 1;
+        }
+    }
+
+    /// A delta for a block of `kind`, opening one when another is open.
+    fn delta(&mut self, kind: Block, text: &str) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        if self.open != Some(kind) {
+            self.close(&mut frames);
+            let block = match kind {
+                Block::Text => json!({"type": "text", "text": ""}),
+                Block::Thinking => json!({"type": "thinking", "thinking": ""}),
+            };
+            frames.push(event(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": self.index, "content_block": block}),
+            ));
+            self.open = Some(kind);
+        }
+        let delta = match kind {
+            Block::Text => json!({"type": "text_delta", "text": text}),
+            Block::Thinking => json!({"type": "thinking_delta", "thinking": text}),
+        };
+        frames.push(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": self.index, "delta": delta}),
+        ));
+        frames
+    }
+}
+
+impl Encoder for AnthropicEncoder {
+    fn opening(&mut self) -> Vec<Bytes> {
+        let message = json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        });
+        vec![
+            event("message_start", &json!({"type": "message_start", "message": message})),
+            event("ping", &json!({"type": "ping"})),
+        ]
+    }
+
+    fn content(&mut self, text: &str) -> Vec<Bytes> {
+        self.delta(Block::Text, text)
+    }
+
+    fn reasoning(&mut self, text: &str) -> Vec<Bytes> {
+        self.delta(Block::Thinking, text)
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.close(&mut frames);
+        for call in calls {
+            let start = json!({"type": "tool_use", "id": call.id, "name": call.name, "input": {}});
+            frames.push(event(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": self.index, "content_block": start}),
+            ));
+            let delta = json!({"type": "input_json_delta", "partial_json": call.arguments});
+            frames.push(event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": self.index, "delta": delta}),
+            ));
+            frames.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.index})));
+            self.index += 1;
+        }
+        frames
+    }
+
+    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.close(&mut frames);
+        frames.push(event(
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason(end.finish), "stop_sequence": null},
+                "usage": usage_json(end.usage, end.timings),
+            }),
+        ));
+        frames.push(event("message_stop", &json!({"type": "message_stop"})));
+        frames
+    }
+
+    fn error_frame(err: &ApiError) -> Bytes {
+        event("error", &err.body(ErrorStyle::Anthropic))
+    }
+
+    fn keep_alive(&self) -> Option<(std::time::Duration, Bytes)> {
+        Some((crate::http::webui::KEEP_ALIVE, event("ping", &json!({"type": "ping"}))))
+    }
+}

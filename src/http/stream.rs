@@ -1,0 +1,205 @@
+//! One stream core for every surface: the loop's events in, a surface's
+//! encoder out. The core owns what all streams share: the pending frames,
+//! waiting for the next event while watching for a client that left, the
+//! keep-alive, the metrics (time to first output, skill steps, finished
+//! requests, errors) and the panic guard. An encoder only turns events into
+//! its wire format's frames.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use actix_web::web;
+use bytes::Bytes;
+use futures_util::stream::{self, Stream};
+use futures_util::StreamExt;
+use skillhost_actors::request::{RoundStats, SkillStep, ToolProgress};
+use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
+use skillhost_engine::{Timings, ToolCall};
+
+use crate::http::body::read_json;
+use crate::http::chat::{ready_model, start};
+use crate::http::error::ApiError;
+use crate::http::openai::ChatCompletionRequest;
+use crate::http::peer::PeerWatch;
+use crate::http::AppState;
+
+/// A request that started: its events, the client watch, the model, and
+/// what the surface asked for.
+pub struct Begun {
+    pub chat: ChatStream,
+    pub peer: PeerWatch,
+    pub info: std::sync::Arc<skillhost_engine::ModelInfo>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The start every surface shares: read the body as the surface's request
+/// type, translate it into the OpenAI request (one validator for all),
+/// validate it against the loaded model, and start it.
+pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
+    state: &web::Data<AppState>,
+    request: &actix_web::HttpRequest,
+    payload: web::Payload,
+    translate: impl FnOnce(R) -> Result<ChatCompletionRequest, ApiError>,
+) -> Result<Begun, ApiError> {
+    let wire: R = read_json(request, payload).await?;
+    let info = ready_model(state)?;
+    let validated = translate(wire)?.validate(&info.id)?;
+    let (chat, peer) = start(state, request, validated.request).await?;
+    Ok(Begun { chat, peer, info, stream: validated.stream, include_usage: validated.include_usage })
+}
+
+/// How the request finished, as every encoder's last frame needs it.
+pub struct Finish<'a> {
+    pub finish: ChatFinish,
+    pub usage: &'a Usage,
+    pub timings: &'a Timings,
+    pub rounds: &'a [RoundStats],
+}
+
+/// A surface's wire format. Each method returns the frames to send, in order.
+pub trait Encoder: Send + 'static {
+    /// Frames sent before any event.
+    fn opening(&mut self) -> Vec<Bytes> {
+        Vec::new()
+    }
+    fn content(&mut self, text: &str) -> Vec<Bytes>;
+    fn reasoning(&mut self, text: &str) -> Vec<Bytes>;
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes>;
+    /// A skill tool the loop answered (most surfaces send nothing).
+    fn skill_step(&mut self, _step: &SkillStep) -> Vec<Bytes> {
+        Vec::new()
+    }
+    /// A code tool's progress (most surfaces send nothing).
+    fn tool_progress(&mut self, _progress: &ToolProgress) -> Vec<Bytes> {
+        Vec::new()
+    }
+    /// The last frames of a request that finished.
+    fn finished(&mut self, finish: Finish<'_>) -> Vec<Bytes>;
+    /// The frame that ends a stream with an error (also after a panic,
+    /// when the encoder itself is gone).
+    fn error_frame(err: &ApiError) -> Bytes
+    where
+        Self: Sized;
+    /// A frame sent after this long without one, for surfaces whose
+    /// clients or proxies drop quiet connections.
+    fn keep_alive(&self) -> Option<(Duration, Bytes)> {
+        None
+    }
+    /// The last frame of a finished request was handed to the connection.
+    fn delivered(&mut self) {}
+}
+
+struct Core<E: Encoder> {
+    app: web::Data<AppState>,
+    /// Held so that dropping the response (a client disconnect) stops the request.
+    chat: ChatStream,
+    peer: PeerWatch,
+    started: Instant,
+    encoder: E,
+    pending: VecDeque<Bytes>,
+    first_output: bool,
+    /// No more events will be read; what is pending still goes out.
+    done: bool,
+    /// The request finished normally (not with an error).
+    finished: bool,
+}
+
+impl<E: Encoder> Core<E> {
+    fn output_started(&mut self) {
+        if self.first_output {
+            self.first_output = false;
+            self.app.metrics.time_to_first_token.observe(self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn on_event(&mut self, event: ChatEvent) {
+        let frames = match event {
+            ChatEvent::Accepted => Vec::new(),
+            ChatEvent::Content(text) => {
+                self.output_started();
+                self.encoder.content(&text)
+            }
+            ChatEvent::Reasoning(text) => {
+                self.output_started();
+                self.encoder.reasoning(&text)
+            }
+            ChatEvent::ToolCalls(calls) => {
+                self.output_started();
+                self.encoder.tool_calls(&calls)
+            }
+            ChatEvent::SkillStep(step) => {
+                self.app.metrics.skill_step(&step);
+                self.encoder.skill_step(&step)
+            }
+            ChatEvent::ToolProgress(progress) => self.encoder.tool_progress(&progress),
+            ChatEvent::Finished { finish, usage, timings, rounds } => {
+                self.app.metrics.finished(usage.prompt_tokens, &timings);
+                self.done = true;
+                self.finished = true;
+                self.encoder.finished(Finish { finish, usage: &usage, timings: &timings, rounds: &rounds })
+            }
+            ChatEvent::Failed(err) => {
+                self.fail(&err.into());
+                return;
+            }
+        };
+        self.pending.extend(frames);
+    }
+
+    /// Errors after the stream started are its last frame.
+    fn fail(&mut self, err: &ApiError) {
+        self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
+        self.pending.push_back(E::error_frame(err));
+        self.done = true;
+    }
+}
+
+/// The response body of a streamed request: `encoder`'s frames for the
+/// events of `chat`, until the request ends or the client leaves.
+pub fn event_stream<E: Encoder>(
+    app: web::Data<AppState>,
+    chat: ChatStream,
+    peer: PeerWatch,
+    started: Instant,
+    mut encoder: E,
+) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
+    let pending = encoder.opening().into();
+    let core = Core { app, chat, peer, started, encoder, pending, first_output: true, done: false, finished: false };
+    let frames = stream::unfold(core, |mut core| async move {
+        loop {
+            if let Some(bytes) = core.pending.pop_front() {
+                if core.finished && core.pending.is_empty() {
+                    core.encoder.delivered();
+                }
+                return Some((Ok(bytes), core));
+            }
+            if core.done {
+                return None;
+            }
+            let next = match core.encoder.keep_alive() {
+                Some((quiet, frame)) => match tokio::time::timeout(quiet, core.peer.next_event(&mut core.chat)).await {
+                    Ok(next) => next,
+                    Err(_) => return Some((Ok(frame), core)),
+                },
+                None => core.peer.next_event(&mut core.chat).await,
+            };
+            match next {
+                Some(event) => core.on_event(event),
+                // The client left: ending the body drops the request.
+                None if core.peer.is_closed() => return None,
+                None => core.fail(&ApiError::Internal("the request ended without an answer".into())),
+            }
+        }
+    });
+    // A panic ends this stream with an error frame, not the worker thread.
+    AssertUnwindSafe(frames).catch_unwind().map(|frame| match frame {
+        Ok(frame) => frame,
+        Err(_) => {
+            tracing::error!("a streamed request panicked");
+            let err = ApiError::Internal("the request failed unexpectedly; the server log has the details".into());
+            Ok(E::error_frame(&err))
+        }
+    })
+}

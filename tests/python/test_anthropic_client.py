@@ -1,0 +1,125 @@
+"""The official `anthropic` client, changed only in its base URL, against
+skillhost and the real model: text, streaming, a tool_use round trip, and
+bad input in Anthropic's error shape. The SDK's own types validate every
+response and event."""
+
+import anthropic
+import httpx
+import pytest
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+# This SDK no longer takes sampling parameters; the API still does.
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+GREEDY = {"temperature": 0}
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    # Any model name is accepted (the stream test sends a Claude one): the
+    # one loaded model answers them all.
+    return anthropic.Anthropic(base_url=server.url, api_key="unused")
+
+
+def test_a_message_comes_back_as_content_blocks(client):
+    message = client.messages.create(
+        model=MODEL, max_tokens=32, system="You are a helpful assistant.", messages=QUESTION,
+        extra_body=GREEDY,
+    )
+    assert message.type == "message" and message.role == "assistant"
+    assert message.content[0].type == "text" and message.content[0].text.strip()
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.output_tokens > 0
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 10
+
+
+def test_a_stream_adds_up_to_the_same_message(client):
+    with client.messages.stream(model="claude-haiku-4-5", max_tokens=24, messages=QUESTION, extra_body=GREEDY) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert events[0] == "message_start"
+    assert "content_block_start" in events and "content_block_stop" in events
+    assert events[-1] == "message_stop"
+    whole = client.messages.create(model="claude-haiku-4-5", max_tokens=24, messages=QUESTION, extra_body=GREEDY)
+    assert final.content[0].text == whole.content[0].text
+    assert final.stop_reason == whole.stop_reason
+
+
+def test_a_tool_use_round_trip(client):
+    asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.messages.create(
+        model=MODEL, max_tokens=64, messages=asked, tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"}, extra_body=GREEDY,
+    )
+    assert first.stop_reason == "tool_use"
+    use = next(block for block in first.content if block.type == "tool_use")
+    assert use.name == "get_weather" and isinstance(use.input, dict)
+    # The same call, streamed: the arguments arrive as input_json_delta.
+    with client.messages.stream(
+        model=MODEL, max_tokens=64, messages=asked, tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"}, extra_body=GREEDY,
+    ) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content if b.type == "tool_use"] == ["tool_use"]
+    assert streamed.content[-1].input == use.input
+    followup = client.messages.create(
+        model=MODEL, max_tokens=32, tools=[WEATHER], extra_body=GREEDY,
+        messages=[
+            *asked,
+            {"role": "assistant", "content": [block.model_dump() for block in first.content]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": use.id, "content": "Sunny, 24 degrees."},
+            ]},
+        ],
+    )
+    assert followup.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert followup.content
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"max_tokens": None}, "'max_tokens' is required"),
+        ({"messages": []}, "'messages' must contain at least one message"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "must be \"user\" or \"assistant\""),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "reads text only"),
+        ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "needs a 'type'"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool 'web_search_20250305'"),
+        ({"tool_choice": {"type": "tool"}}, "needs a 'name'"),
+        ({"tool_choice": {"type": "sometimes"}}, "'tool_choice.type' must be"),
+        ({"temperature": "hot"}, "'temperature' is invalid"),
+        ({"messages": "hi"}, "'messages' is invalid"),
+    ],
+)
+def test_bad_input_is_a_4xx_in_anthropic_shape(server, change, message):
+    body = {"model": MODEL, "max_tokens": 8, "messages": QUESTION, **change}
+    body = {k: v for k, v in body.items() if v is not None}
+    response = httpx.post(server.url + "/v1/messages", json=body)
+    assert 400 <= response.status_code < 500, response.text
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", error
+    assert message in error["error"]["message"], error
+
+
+def test_count_tokens_matches_what_a_message_reports(client):
+    counted = client.messages.count_tokens(model=MODEL, system="You are a helpful assistant.", messages=QUESTION)
+    message = client.messages.create(
+        model=MODEL, max_tokens=4, system="You are a helpful assistant.", messages=QUESTION, extra_body=GREEDY,
+    )
+    used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == used
+    with_tools = client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[WEATHER])
+    alone = client.messages.count_tokens(model=MODEL, messages=QUESTION)
+    assert with_tools.input_tokens > alone.input_tokens > 0
+
+
+def test_the_sdk_raises_its_own_error_types(client):
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model=MODEL, max_tokens=8, messages=[])
+    assert refused.value.status_code == 400
+    models = client.models.list()
+    assert models.data[0].id == "SmolLM2-135M-Instruct.Q4_1"
