@@ -378,6 +378,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
         keep_alive: http::webui::KEEP_ALIVE,
         access: access.clone(),
         admission: http::access::Admission::new(config.engine.n_parallel as usize, config.max_queued as usize),
+        responses: Default::default(),
     });
     // Listen first so /health answers 503 while the model loads.
     let http_server = HttpServer::new(move || {

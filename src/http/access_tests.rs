@@ -59,6 +59,7 @@ async fn app_state(
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Arc::new(Access::new(access, host)),
         admission,
+        responses: Default::default(),
     })
 }
 
@@ -117,6 +118,7 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("POST", "/v1/chat/completions", json(&chat), Need::User),
         ("POST", "/chat/completions", json(&chat), Need::User),
         ("POST", "/v1/messages", json(&chat), Need::User),
+        ("POST", "/v1/responses", json(br#"{"input": "hi", "max_output_tokens": 4}"#), Need::User),
         ("GET", "/v1/models", None, Need::User),
         ("GET", "/models", None, Need::User),
         ("GET", "/v1/skills", None, Need::User),

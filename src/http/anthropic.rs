@@ -10,13 +10,12 @@
 
 use std::time::Instant;
 
-use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use skillhost_actors::{ChatEvent, ChatFinish, Usage};
+use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
 use crate::http::body::read_json;
@@ -26,7 +25,7 @@ use crate::http::openai::{
     ChatCompletionRequest, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed, WireTool,
     WireToolCall, WireToolChoice,
 };
-use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
+use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
 use crate::http::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -339,55 +338,31 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { mut chat, mut peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, translate).await?;
     let id = message_id();
     if stream {
         let encoder = AnthropicEncoder { id, model: info.id.clone(), open: None, index: 0 };
-        let body = event_stream(state.clone(), chat, peer, started, encoder);
-        return Ok(HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .insert_header((header::CACHE_CONTROL, "no-cache"))
-            .insert_header(("X-Accel-Buffering", "no"))
-            .streaming(body));
+        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
-    let (mut thinking, mut text, mut calls) = (String::new(), String::new(), Vec::new());
-    let mut first_output = true;
-    while let Some(event) = peer.next_event(&mut chat).await {
-        let output = matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_));
-        if output && std::mem::take(&mut first_output) {
-            state.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
-        }
-        match event {
-            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
-            ChatEvent::Content(delta) => text.push_str(&delta),
-            ChatEvent::Reasoning(delta) => thinking.push_str(&delta),
-            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
-            ChatEvent::ToolCalls(made) => calls.extend(made),
-            ChatEvent::Finished { finish, usage, timings, .. } => {
-                state.metrics.finished(usage.prompt_tokens, &timings);
-                let mut content = Vec::new();
-                if !thinking.is_empty() {
-                    content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
-                }
-                if !text.is_empty() {
-                    content.push(json!({"type": "text", "text": text}));
-                }
-                content.extend(calls.iter().map(tool_use_json));
-                return Ok(HttpResponse::Ok().json(json!({
-                    "id": id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": info.id,
-                    "content": content,
-                    "stop_reason": stop_reason(finish),
-                    "stop_sequence": null,
-                    "usage": usage_json(&usage, &timings),
-                })));
-            }
-            ChatEvent::Failed(err) => return Err(err.into()),
-        }
+    let done = collect(state, chat, peer, started).await?;
+    let mut content = Vec::new();
+    if !done.reasoning.is_empty() {
+        content.push(json!({"type": "thinking", "thinking": done.reasoning, "signature": ""}));
     }
-    Err(ApiError::Internal("the request ended without an answer".into()))
+    if !done.text.is_empty() {
+        content.push(json!({"type": "text", "text": done.text}));
+    }
+    content.extend(done.calls.iter().map(tool_use_json));
+    Ok(HttpResponse::Ok().json(json!({
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": info.id,
+        "content": content,
+        "stop_reason": stop_reason(done.finish),
+        "stop_sequence": null,
+        "usage": usage_json(&done.usage, &done.timings),
+    })))
 }
 
 /// `POST /v1/messages/count_tokens`: the request's messages, system and

@@ -109,6 +109,7 @@ async fn harness_settings(
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     });
     Harness { state, backend, base }
 }
@@ -426,6 +427,7 @@ async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
         keep_alive: Duration::from_millis(200),
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Wait a second."}]});

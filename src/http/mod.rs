@@ -12,6 +12,7 @@ pub mod ollama;
 pub mod openai;
 pub mod ops;
 pub mod peer;
+pub mod responses;
 pub mod skills;
 pub mod stream;
 pub mod webui;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub access: std::sync::Arc<access::Access>,
     /// Requests running or waiting, bounded by `--max-queued`.
     pub admission: access::Admission,
+    /// Recent Responses API answers, for `previous_response_id`.
+    pub responses: responses::Store,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -49,6 +52,11 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource(["/v1/chat/completions", "/chat/completions"])
                 .route(web::post().to(chat::chat_completions))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/responses")
+                .route(web::post().to(responses::responses))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

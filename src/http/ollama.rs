@@ -11,7 +11,7 @@ use chrono::{SecondsFormat, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::RoundStats;
-use skillhost_actors::{ChatEvent, ChatFinish, Usage};
+use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{ModelInfo, ToolCall};
 
 use crate::http::body::read_json;
@@ -21,7 +21,7 @@ use crate::http::openai::{
     ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
     WireTool, WireToolCall, WireToolChoice,
 };
-use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
+use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Finish};
 use crate::http::AppState;
 
 /// The Ollama API version we answer `/api/version` with: the one whose
@@ -207,52 +207,21 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { mut chat, mut peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, translate).await?;
     let reply = Reply { model: model_name(&info), started };
     if stream {
         let lines = event_stream(state.clone(), chat, peer, started, OllamaEncoder { reply });
         return Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(lines));
     }
-    let mut first_output = true;
-    let mut output_started = || {
-        if std::mem::take(&mut first_output) {
-            state.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
-        }
-    };
-    let mut content = String::new();
-    let mut thinking = String::new();
-    let mut calls = Vec::new();
-    while let Some(event) = peer.next_event(&mut chat).await {
-        match event {
-            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
-            ChatEvent::Content(text) => {
-                output_started();
-                content.push_str(&text);
-            }
-            ChatEvent::Reasoning(text) => {
-                output_started();
-                thinking.push_str(&text);
-            }
-            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
-            ChatEvent::ToolCalls(made) => {
-                output_started();
-                calls = made;
-            }
-            ChatEvent::Finished { finish, usage, timings, rounds } => {
-                state.metrics.finished(usage.prompt_tokens, &timings);
-                let mut message = json!({"role": "assistant", "content": content});
-                if !thinking.is_empty() {
-                    message["thinking"] = Value::String(thinking);
-                }
-                if !calls.is_empty() {
-                    message["tool_calls"] = tool_calls_json(&calls);
-                }
-                return Ok(HttpResponse::Ok().json(reply.done(message, finish, &usage, &rounds)));
-            }
-            ChatEvent::Failed(err) => return Err(err.into()),
-        }
+    let done = collect(state, chat, peer, started).await?;
+    let mut message = json!({"role": "assistant", "content": done.text});
+    if !done.reasoning.is_empty() {
+        message["thinking"] = Value::String(done.reasoning);
     }
-    Err(ApiError::Internal("the request ended without an answer".into()))
+    if !done.calls.is_empty() {
+        message["tool_calls"] = tool_calls_json(&done.calls);
+    }
+    Ok(HttpResponse::Ok().json(reply.done(message, done.finish, &done.usage, &done.rounds)))
 }
 
 /// What every line of one reply shares.

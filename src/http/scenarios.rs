@@ -57,6 +57,7 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let mut request = request.clone();

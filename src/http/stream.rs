@@ -203,3 +203,53 @@ pub fn event_stream<E: Encoder>(
         }
     })
 }
+
+/// The response that carries a streamed request's frames as SSE.
+pub fn sse_response(body: impl Stream<Item = Result<Bytes, actix_web::Error>> + 'static) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+/// A request run to its end, for surfaces that answer with one object.
+pub struct Collected {
+    pub text: String,
+    pub reasoning: String,
+    pub calls: Vec<ToolCall>,
+    pub finish: ChatFinish,
+    pub usage: Usage,
+    pub timings: Timings,
+    pub rounds: Vec<RoundStats>,
+}
+
+/// Runs a request to its end, keeping the same metrics a stream keeps.
+pub async fn collect(
+    app: &AppState,
+    mut chat: ChatStream,
+    mut peer: PeerWatch,
+    started: Instant,
+) -> Result<Collected, ApiError> {
+    let (mut text, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+    let mut first_output = true;
+    while let Some(event) = peer.next_event(&mut chat).await {
+        let output = matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_));
+        if output && std::mem::take(&mut first_output) {
+            app.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
+        }
+        match event {
+            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
+            ChatEvent::Content(delta) => text.push_str(&delta),
+            ChatEvent::Reasoning(delta) => reasoning.push_str(&delta),
+            ChatEvent::SkillStep(step) => app.metrics.skill_step(&step),
+            ChatEvent::ToolCalls(made) => calls.extend(made),
+            ChatEvent::Finished { finish, usage, timings, rounds } => {
+                app.metrics.finished(usage.prompt_tokens, &timings);
+                return Ok(Collected { text, reasoning, calls, finish, usage, timings, rounds });
+            }
+            ChatEvent::Failed(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Internal("the request ended without an answer".into()))
+}

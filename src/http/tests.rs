@@ -32,6 +32,7 @@ async fn state(n_ctx: u32) -> web::Data<AppState> {
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     })
 }
 
@@ -350,6 +351,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     });
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     // Round 1 is held to a skills_read call by the grammar (the default

@@ -47,6 +47,7 @@ async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<Ap
         keep_alive: crate::http::webui::KEEP_ALIVE,
         access: Default::default(),
         admission: Default::default(),
+        responses: Default::default(),
     })
 }
 
@@ -349,7 +350,7 @@ async fn a_looping_model_stops_at_the_turn_budget_and_repeats_are_answered_once(
     );
 }
 
-/// `event:`/`data:` pairs of an Anthropic stream.
+/// `event:`/`data:` pairs of an Anthropic or Responses stream.
 fn named_events(body: &[u8]) -> Vec<(String, Value)> {
     std::str::from_utf8(body)
         .unwrap()
@@ -413,5 +414,50 @@ async fn anthropic_events_over_http() {
     assert_eq!(input, json!({"city": "Paris"}));
     let stop = events.iter().find(|(n, _)| n == "message_delta").unwrap();
     assert_eq!(stop.1["delta"]["stop_reason"], "tool_use");
+    assert_eq!(state.metrics.time_to_first_token.get_sample_count(), 2);
+}
+
+#[actix_web::test]
+async fn responses_events_over_http() {
+    let outputs = vec![
+        "Paris.".to_string(),
+        "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string(),
+    ];
+    let state = state(outputs, false).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let body = json!({"input": "Capital of France?", "max_output_tokens": 16, "stream": true});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/responses").set_json(body).to_request()).await;
+    let events = named_events(&test::read_body(response).await);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let numbers: Vec<u64> = events.iter().map(|(_, d)| d["sequence_number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (0..names.len() as u64).collect::<Vec<_>>());
+    let done = &events.last().unwrap().1["response"];
+    assert_eq!(done["output"][0]["content"][0]["text"], "Paris.");
+    assert_eq!(done["status"], "completed");
+
+    // A function call, as an output item with its call id (the follow-up
+    // by previous_response_id runs against the real model in Python).
+    let tools = json!([{"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"input": [{"role": "user", "content": "Weather?"}], "tools": tools});
+    let first: Value =
+        test::call_and_read_body_json(&app, test::TestRequest::post().uri("/v1/responses").set_json(body).to_request())
+            .await;
+    let call = &first["output"][0];
+    assert_eq!((call["type"].as_str(), call["name"].as_str()), (Some("function_call"), Some("weather")));
     assert_eq!(state.metrics.time_to_first_token.get_sample_count(), 2);
 }

@@ -1,0 +1,657 @@
+//! OpenAI's Responses API, `POST /v1/responses`, for Codex and the `openai`
+//! SDK's `client.responses`: input items are translated into the chat
+//! request the rest of the server takes (one validator), and the answer
+//! comes back as output items, or as the typed event stream through the
+//! one stream core. Recent responses are kept in a bounded store so a
+//! follow-up can name its predecessor with `previous_response_id`.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use rand::distr::{Alphanumeric, SampleString};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use skillhost_actors::{ChatFinish, Usage};
+use skillhost_engine::{Timings, ToolCall};
+
+use crate::http::chat::guarded;
+use crate::http::error::{ApiError, OpenAiError};
+use crate::http::openai::{
+    ChatCompletionRequest, WireContent, WireFunction, WireFunctionCall, WireJsonSchema, WireMessage, WireNamed,
+    WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
+};
+use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
+use crate::http::AppState;
+
+/// Responses kept for `previous_response_id`; the oldest goes first.
+pub const MAX_STORED_RESPONSES: usize = 256;
+
+/// Recent responses, as the input items a follow-up continues from.
+#[derive(Debug, Default)]
+pub struct Store {
+    entries: Mutex<VecDeque<(String, Vec<Value>)>>,
+}
+
+impl Store {
+    fn get(&self, id: &str) -> Option<Vec<Value>> {
+        let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        entries.iter().find(|(key, _)| key == id).map(|(_, items)| items.clone())
+    }
+
+    fn put(&self, id: String, items: Vec<Value>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if entries.len() >= MAX_STORED_RESPONSES {
+            entries.pop_front();
+        }
+        entries.push_back((id, items));
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    model: Option<String>,
+    input: Option<Value>,
+    instructions: Option<String>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    max_output_tokens: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    text: Option<Value>,
+    #[serde(default)]
+    stream: bool,
+    store: Option<bool>,
+    previous_response_id: Option<String>,
+    /// Accepted: a thinking model's block comes back as a reasoning item.
+    #[allow(dead_code)]
+    reasoning: Option<Value>,
+    metadata: Option<Value>,
+    #[allow(dead_code)]
+    user: Option<String>,
+    #[serde(default)]
+    skills: Vec<String>,
+    skills_discovery: Option<bool>,
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The text of a message's content: a string, or input/output text parts.
+fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
+    match content {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for (n, part) in parts.iter().enumerate() {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("input_text" | "output_text" | "text") => {
+                        text.push_str(part.get("text").and_then(Value::as_str).unwrap_or_default())
+                    }
+                    Some(kind) => {
+                        return Err(ApiError::bad_param(
+                            &format!("{at}.content[{n}]"),
+                            format!("'{at}.content[{n}]' is '{kind}'; this server's model reads text only"),
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::bad_param(&format!("{at}.content[{n}]"), "a content part needs a 'type'"))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        other => Err(ApiError::bad_param(
+            &format!("{at}.content"),
+            format!("'{at}.content' must be a string or a list of text parts, got {other}"),
+        )),
+    }
+}
+
+fn text_message(role: &str, text: String) -> WireMessage {
+    WireMessage {
+        role: role.into(),
+        content: Some(WireContent::Text(text)),
+        tool_calls: None,
+        tool_call_id: None,
+        name: None,
+    }
+}
+
+/// Input items as chat messages; consecutive function calls become one
+/// assistant turn.
+fn messages_from_items(items: &[Value]) -> Result<Vec<WireMessage>, ApiError> {
+    let mut messages: Vec<WireMessage> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("input[{index}]");
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+        match kind {
+            "message" => {
+                let role = item.get("role").and_then(Value::as_str).unwrap_or_default();
+                let role = match role {
+                    "user" | "assistant" | "system" => role,
+                    "developer" => "system",
+                    other => {
+                        return Err(ApiError::bad_param(
+                            &format!("{at}.role"),
+                            format!("'{at}.role' must be user, assistant, system or developer, got {other:?}"),
+                        ))
+                    }
+                };
+                let text = content_text(item.get("content").unwrap_or(&Value::Null), &at)?;
+                messages.push(text_message(role, text));
+            }
+            "function_call" => {
+                let (Some(call_id), Some(name)) = (
+                    item.get("call_id").and_then(Value::as_str),
+                    item.get("name").and_then(Value::as_str),
+                ) else {
+                    return Err(ApiError::bad_param(&at, format!("'{at}' (function_call) needs a 'call_id' and a 'name'")));
+                };
+                let call = WireToolCall {
+                    id: Some(call_id.to_string()),
+                    kind: Some("function".into()),
+                    function: WireFunctionCall { name: name.to_string(), arguments: item.get("arguments").cloned() },
+                };
+                match messages.last_mut() {
+                    Some(last) if last.role == "assistant" && last.tool_calls.is_some() => {
+                        last.tool_calls.get_or_insert_with(Vec::new).push(call);
+                    }
+                    _ => messages.push(WireMessage {
+                        role: "assistant".into(),
+                        content: None,
+                        tool_calls: Some(vec![call]),
+                        tool_call_id: None,
+                        name: None,
+                    }),
+                }
+            }
+            "function_call_output" => {
+                let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                    return Err(ApiError::bad_param(&at, format!("'{at}' (function_call_output) needs a 'call_id'")));
+                };
+                let output = match item.get("output") {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(other @ Value::Array(_)) => content_text(other, &at)?,
+                    _ => String::new(),
+                };
+                messages.push(WireMessage {
+                    role: "tool".into(),
+                    content: Some(WireContent::Text(output)),
+                    tool_calls: None,
+                    tool_call_id: Some(call_id.to_string()),
+                    name: None,
+                });
+            }
+            // Reasoning from earlier turns is not replayed to the model.
+            "reasoning" => {}
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("{at}.type"),
+                    format!("'{at}.type' is '{other}', which this server does not take; send messages, function_call and function_call_output items"),
+                ))
+            }
+        }
+    }
+    Ok(messages)
+}
+
+/// The request's input as items, a plain string being one user message.
+fn input_items(input: Option<Value>) -> Result<Vec<Value>, ApiError> {
+    match input {
+        None => Ok(Vec::new()),
+        Some(Value::String(text)) => Ok(vec![json!({"type": "message", "role": "user", "content": text})]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(other) => {
+            Err(ApiError::bad_param("input", format!("'input' must be a string or a list of items, got {other}")))
+        }
+    }
+}
+
+/// The Responses request as the chat request, and the items it continues.
+fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletionRequest, Vec<Value>), ApiError> {
+    let mut items = match &request.previous_response_id {
+        Some(id) => store.get(id).ok_or_else(|| {
+            ApiError::bad_param(
+                "previous_response_id",
+                format!("no stored response has the id '{id}' (this server keeps the last {MAX_STORED_RESPONSES}, in memory)"),
+            )
+        })?,
+        None => Vec::new(),
+    };
+    items.extend(input_items(request.input)?);
+    if items.is_empty() {
+        return Err(ApiError::bad_param("input", "'input' is empty; send a string or at least one item"));
+    }
+    let mut messages = Vec::new();
+    if let Some(instructions) = request.instructions.filter(|text| !text.is_empty()) {
+        messages.push(text_message("system", instructions));
+    }
+    messages.extend(messages_from_items(&items)?);
+    let tools = match request.tools {
+        None => None,
+        Some(tools) => Some(
+            tools
+                .into_iter()
+                .enumerate()
+                .map(|(n, tool)| {
+                    let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+                    if kind != "function" {
+                        return Err(ApiError::bad_param(
+                            &format!("tools[{n}]"),
+                            format!("'tools[{n}]' is the built-in tool '{kind}', which this server does not run; declare a function tool instead"),
+                        ));
+                    }
+                    let name = tool.get("name").and_then(Value::as_str).ok_or_else(|| {
+                        ApiError::bad_param(&format!("tools[{n}].name"), format!("'tools[{n}]' needs a 'name'"))
+                    })?;
+                    Ok(WireTool {
+                        kind,
+                        function: WireFunction {
+                            name: name.to_string(),
+                            description: tool.get("description").and_then(Value::as_str).map(str::to_string),
+                            parameters: tool.get("parameters").cloned(),
+                        },
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let tool_choice = match request.tool_choice {
+        None => None,
+        Some(Value::String(mode)) => Some(WireToolChoice::Mode(mode)),
+        Some(Value::Object(choice)) => match choice.get("name").and_then(Value::as_str) {
+            Some(name) => Some(WireToolChoice::Function {
+                kind: "function".into(),
+                function: WireNamed { name: name.to_string() },
+            }),
+            None => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    "'tool_choice' as an object names a function: {\"type\": \"function\", \"name\": …}",
+                ))
+            }
+        },
+        Some(other) => return Err(ApiError::bad_param("tool_choice", format!("'tool_choice' is invalid: {other}"))),
+    };
+    let response_format = match request.text.as_ref().and_then(|text| text.get("format")) {
+        None => None,
+        Some(format) => match format.get("type").and_then(Value::as_str) {
+            Some("text") | None => None,
+            Some("json_object") => Some(WireResponseFormat { kind: "json_object".into(), json_schema: None }),
+            Some("json_schema") => Some(WireResponseFormat {
+                kind: "json_schema".into(),
+                json_schema: Some(WireJsonSchema { schema: format.get("schema").cloned() }),
+            }),
+            Some(other) => {
+                return Err(ApiError::bad_param(
+                    "text.format.type",
+                    format!("'text.format.type' must be text, json_object or json_schema, got '{other}'"),
+                ))
+            }
+        },
+    };
+    let wire = ChatCompletionRequest {
+        model: request.model,
+        messages,
+        stream: request.stream,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_tokens: request.max_output_tokens,
+        tools,
+        tool_choice,
+        parallel_tool_calls: request.parallel_tool_calls,
+        response_format,
+        skills: request.skills,
+        skills_discovery: request.skills_discovery,
+        ..ChatCompletionRequest::default()
+    };
+    Ok((wire, items))
+}
+
+fn usage_json(usage: &Usage, timings: &Timings) -> Value {
+    json!({
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": timings.cache_n},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    })
+}
+
+/// What every form of one response shares, and its output items so far.
+struct Draft {
+    app: web::Data<AppState>,
+    id: String,
+    created_at: u64,
+    model: String,
+    /// The items the request continued (stored with the output).
+    items: Vec<Value>,
+    store: bool,
+    previous_response_id: Option<String>,
+    metadata: Value,
+    parallel_tool_calls: bool,
+    output: Vec<Value>,
+}
+
+impl Draft {
+    fn response(&self, status: &str, end: Option<(ChatFinish, &Usage, &Timings)>) -> Value {
+        let incomplete =
+            end.filter(|(finish, _, _)| *finish == ChatFinish::Length).map(|_| json!({"reason": "max_output_tokens"}));
+        let status = if incomplete.is_some() { "incomplete" } else { status };
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": null,
+            "incomplete_details": incomplete,
+            "model": self.model,
+            "output": self.output,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "previous_response_id": self.previous_response_id,
+            "store": self.store,
+            "metadata": self.metadata,
+            "tool_choice": "auto",
+            "tools": [],
+            "text": {"format": {"type": "text"}},
+            "usage": end.map(|(_, usage, timings)| usage_json(usage, timings)),
+        })
+    }
+
+    /// Keeps the finished response for `previous_response_id`.
+    fn keep(&self) {
+        if self.store {
+            let mut items = self.items.clone();
+            items.extend(self.output.iter().filter(|item| item["type"] != "reasoning").cloned());
+            self.app.responses.put(self.id.clone(), items);
+        }
+    }
+}
+
+fn message_item(text: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": new_id("msg"),
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+fn call_item(call: &ToolCall) -> Value {
+    json!({
+        "type": "function_call",
+        "id": new_id("fc"),
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": "completed",
+    })
+}
+
+fn reasoning_item(text: &str) -> Value {
+    json!({
+        "type": "reasoning",
+        "id": new_id("rs"),
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    })
+}
+
+/// `POST /v1/responses`
+pub async fn responses(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, OpenAiError> {
+    let started = Instant::now();
+    Ok(guarded(&state, "responses", serve(&state, &request, payload, started)).await?)
+}
+
+async fn serve(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    payload: web::Payload,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let mut kept = None;
+    let app = state.clone();
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, |wire: ResponsesRequest| {
+        let store = wire.store.unwrap_or(true);
+        let previous = wire.previous_response_id.clone();
+        let metadata = wire.metadata.clone().unwrap_or_else(|| json!({}));
+        let parallel = wire.parallel_tool_calls.unwrap_or(true);
+        let (chat, items) = translate(wire, &app.responses)?;
+        kept = Some((store, previous, metadata, parallel, items));
+        Ok(chat)
+    })
+    .await?;
+    let Some((store, previous_response_id, metadata, parallel_tool_calls, items)) = kept else {
+        return Err(ApiError::Internal("the request was not read".into()));
+    };
+    let mut draft = Draft {
+        app: state.clone(),
+        id: new_id("resp"),
+        created_at: unix_now(),
+        model: info.id.clone(),
+        items,
+        store,
+        previous_response_id,
+        metadata,
+        parallel_tool_calls,
+        output: Vec::new(),
+    };
+    if stream {
+        let encoder = ResponsesEncoder { draft, sequence: 0, open: None };
+        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
+    }
+    let done = collect(state, chat, peer, started).await?;
+    if !done.reasoning.is_empty() {
+        draft.output.push(reasoning_item(&done.reasoning));
+    }
+    if !done.text.is_empty() || done.calls.is_empty() {
+        draft.output.push(message_item(&done.text));
+    }
+    draft.output.extend(done.calls.iter().map(call_item));
+    draft.keep();
+    Ok(HttpResponse::Ok().json(draft.response("completed", Some((done.finish, &done.usage, &done.timings)))))
+}
+
+/// The open output item on the stream: a message or a reasoning item.
+#[derive(Debug, Clone, PartialEq)]
+enum Open {
+    Message { id: String, text: String },
+    Reasoning { id: String, text: String },
+}
+
+/// The typed events: `response.created`, `response.in_progress`, per item
+/// `response.output_item.added`, its parts and deltas, `…done` events, and
+/// `response.completed`; every event carries `sequence_number`.
+struct ResponsesEncoder {
+    draft: Draft,
+    sequence: u64,
+    open: Option<Open>,
+}
+
+impl ResponsesEncoder {
+    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
+        data["type"] = Value::String(kind.into());
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+    }
+
+    /// Ends the open item, adding it to the output.
+    fn close(&mut self, frames: &mut Vec<Bytes>) {
+        let index = self.draft.output.len();
+        match self.open.take() {
+            None => {}
+            Some(Open::Message { id, text }) => {
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                frames.push(self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                ));
+                frames.push(self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                ));
+                let mut item = message_item(&text);
+                item["id"] = Value::String(id);
+                frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
+                self.draft.output.push(item);
+            }
+            Some(Open::Reasoning { id, text }) => {
+                let mut item = reasoning_item(&text);
+                item["id"] = Value::String(id);
+                frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
+                self.draft.output.push(item);
+            }
+        }
+    }
+}
+
+impl Encoder for ResponsesEncoder {
+    fn opening(&mut self) -> Vec<Bytes> {
+        let response = self.draft.response("in_progress", None);
+        vec![
+            self.event("response.created", json!({"response": response})),
+            self.event("response.in_progress", json!({"response": response})),
+        ]
+    }
+
+    fn content(&mut self, delta: &str) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        if !matches!(self.open, Some(Open::Message { .. })) {
+            self.close(&mut frames);
+            let id = new_id("msg");
+            let index = self.draft.output.len();
+            let item =
+                json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
+            frames.push(self.event("response.output_item.added", json!({"output_index": index, "item": item})));
+            let part = json!({"type": "output_text", "text": "", "annotations": []});
+            frames.push(self.event(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+            ));
+            self.open = Some(Open::Message { id, text: String::new() });
+        }
+        let index = self.draft.output.len();
+        let Some(Open::Message { id, text }) = &mut self.open else { return frames };
+        text.push_str(delta);
+        let id = id.clone();
+        frames.push(self.event(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
+        ));
+        frames
+    }
+
+    fn reasoning(&mut self, delta: &str) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close(&mut frames);
+            let id = new_id("rs");
+            let index = self.draft.output.len();
+            let item = json!({"type": "reasoning", "id": id, "summary": []});
+            frames.push(self.event("response.output_item.added", json!({"output_index": index, "item": item})));
+            self.open = Some(Open::Reasoning { id, text: String::new() });
+        }
+        let index = self.draft.output.len();
+        let Some(Open::Reasoning { id, text }) = &mut self.open else { return frames };
+        text.push_str(delta);
+        let id = id.clone();
+        frames.push(self.event(
+            "response.reasoning_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
+        ));
+        frames
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.close(&mut frames);
+        for call in calls {
+            let index = self.draft.output.len();
+            let item = call_item(call);
+            let id = item["id"].clone();
+            let mut added = item.clone();
+            added["arguments"] = Value::String(String::new());
+            added["status"] = Value::String("in_progress".into());
+            frames.push(self.event("response.output_item.added", json!({"output_index": index, "item": added})));
+            frames.push(self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+            ));
+            frames.push(self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": index, "arguments": call.arguments}),
+            ));
+            frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
+            self.draft.output.push(item);
+        }
+        frames
+    }
+
+    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.close(&mut frames);
+        self.draft.keep();
+        // `response.completed` ends every finished stream, with `status:
+        // "incomplete"` and its reason when the budget ran out: clients (the
+        // SDK's stream helper, Codex) wait for that event to end a turn.
+        let response = self.draft.response("completed", Some((end.finish, end.usage, end.timings)));
+        frames.push(self.event("response.completed", json!({"response": response})));
+        frames
+    }
+
+    fn error_frame(err: &ApiError) -> Bytes {
+        let data = json!({"type": "error", "code": err.kind(), "message": err.to_string(), "param": null, "sequence_number": 0});
+        Bytes::from(format!("event: error\ndata: {data}\n\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_keeps_the_last_responses_and_drops_the_oldest() {
+        let store = Store::default();
+        for n in 0..MAX_STORED_RESPONSES {
+            store.put(format!("resp_{n}"), vec![json!({"n": n})]);
+        }
+        // At the limit, the first is still there.
+        assert_eq!(store.get("resp_0"), Some(vec![json!({"n": 0})]));
+        // One past it, the oldest goes and the newest stays.
+        store.put("resp_last".into(), Vec::new());
+        assert_eq!(store.get("resp_0"), None);
+        assert!(store.get("resp_1").is_some() && store.get("resp_last").is_some());
+    }
+
+    #[test]
+    fn items_become_chat_messages() {
+        let items = vec![
+            json!({"role": "developer", "content": "Be brief."}),
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]}),
+            json!({"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"}),
+            json!({"type": "function_call", "call_id": "c2", "name": "time", "arguments": "{}"}),
+            json!({"type": "reasoning", "summary": []}),
+            json!({"type": "function_call_output", "call_id": "c1", "output": "sunny"}),
+        ];
+        let messages = messages_from_items(&items).unwrap();
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(messages[2].tool_calls.as_ref().map(Vec::len), Some(2));
+        assert_eq!(messages[3].tool_call_id.as_deref(), Some("c1"));
+    }
+}

@@ -1,0 +1,97 @@
+"""The official `openai` client's Responses API against skillhost and the
+real model: text, streaming (typed events, validated by the SDK), a
+function-call round trip with and without `previous_response_id`, and bad
+input."""
+
+import httpx
+import pytest
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def test_a_response_has_a_message_item(client):
+    response = client.responses.create(
+        model=MODEL, instructions="You are a helpful assistant.", input="What is the capital of France?",
+        max_output_tokens=32, temperature=0,
+    )
+    assert response.object == "response" and response.status in ("completed", "incomplete")
+    message = response.output[0]
+    assert message.type == "message" and message.role == "assistant"
+    assert response.output_text.strip()
+    assert response.usage.input_tokens > 10 and response.usage.output_tokens > 0
+
+
+def test_a_stream_has_the_typed_events_and_the_same_text(client):
+    kinds = []
+    with client.responses.stream(model=MODEL, input="What is the capital of France?", max_output_tokens=24,
+                                 temperature=0) as stream:
+        for event in stream:
+            kinds.append(event.type)
+        final = stream.get_final_response()
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    for kind in ["response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                 "response.output_text.done", "response.output_item.done"]:
+        assert kind in kinds, kinds
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    whole = client.responses.create(model=MODEL, input="What is the capital of France?", max_output_tokens=24,
+                                    temperature=0)
+    assert final.output_text == whole.output_text
+
+
+def test_a_function_call_round_trip(client):
+    first = client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64, temperature=0,
+    )
+    call = next(item for item in first.output if item.type == "function_call")
+    assert call.name == "get_weather" and call.call_id
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 24 degrees."}
+    # By reference to the stored response...
+    followed = client.responses.create(
+        model=MODEL, previous_response_id=first.id, input=[result], tools=[WEATHER], max_output_tokens=32,
+        temperature=0,
+    )
+    assert followed.previous_response_id == first.id and followed.output
+    # ...and with the whole history sent again.
+    history = [{"role": "user", "content": "What is the weather in Paris?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+               result]
+    resent = client.responses.create(model=MODEL, input=history, tools=[WEATHER], max_output_tokens=32,
+                                     temperature=0)
+    assert resent.output
+    # Streamed, the call's arguments arrive as their own events.
+    with client.responses.stream(
+        model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64, temperature=0,
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "response.function_call_arguments.done" in kinds
+    assert [item.type for item in final.output if item.type == "function_call"] == ["function_call"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"input": []}, "'input' is empty"),
+        ({"input": 5}, "'input' must be a string or a list"),
+        ({"previous_response_id": "resp_unknown"}, "no stored response has the id 'resp_unknown'"),
+        ({"tools": [{"type": "web_search"}]}, "built-in tool 'web_search'"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "'input[0].type' is 'item_reference'"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "reads text only"),
+        ({"text": {"format": {"type": "yaml"}}}, "'text.format.type' must be"),
+        ({"temperature": "hot"}, "'temperature' is invalid"),
+    ],
+)
+def test_bad_input_is_a_400_in_openai_shape(server, change, message):
+    body = {"model": MODEL, "input": "hi", "max_output_tokens": 8, **change}
+    response = httpx.post(server.url + "/v1/responses", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and message in error["message"], error
