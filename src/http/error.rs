@@ -192,62 +192,43 @@ impl From<ChatError> for ApiError {
     }
 }
 
-/// An error on an OpenAI route.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct OpenAiError(pub ApiError);
+/// A handler error that answers in one surface's shape.
+macro_rules! surface_error {
+    ($(#[$doc:meta])* $name:ident, $style:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        pub struct $name(pub ApiError);
 
-impl From<ApiError> for OpenAiError {
-    fn from(err: ApiError) -> Self {
-        OpenAiError(err)
-    }
+        impl From<ApiError> for $name {
+            fn from(err: ApiError) -> Self {
+                $name(err)
+            }
+        }
+
+        impl ResponseError for $name {
+            fn status_code(&self) -> StatusCode {
+                self.0.status()
+            }
+            fn error_response(&self) -> HttpResponse {
+                self.0.response($style)
+            }
+        }
+    };
 }
 
-impl ResponseError for OpenAiError {
-    fn status_code(&self) -> StatusCode {
-        self.0.status()
-    }
-    fn error_response(&self) -> HttpResponse {
-        self.0.response(ErrorStyle::OpenAi)
-    }
-}
-
-/// An error on a route outside `/v1`: `{"error": "…"}`.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PlainError(pub ApiError);
-
-impl From<ApiError> for PlainError {
-    fn from(err: ApiError) -> Self {
-        PlainError(err)
-    }
-}
-
-impl ResponseError for PlainError {
-    fn status_code(&self) -> StatusCode {
-        self.0.status()
-    }
-    fn error_response(&self) -> HttpResponse {
-        self.0.response(ErrorStyle::Plain)
-    }
-}
-
-/// An error on Anthropic's Messages route.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct AnthropicError(pub ApiError);
-
-impl From<ApiError> for AnthropicError {
-    fn from(err: ApiError) -> Self {
-        AnthropicError(err)
-    }
-}
-
-impl ResponseError for AnthropicError {
-    fn status_code(&self) -> StatusCode {
-        self.0.status()
-    }
-    fn error_response(&self) -> HttpResponse {
-        self.0.response(ErrorStyle::Anthropic)
-    }
-}
+surface_error!(
+    /// An error on an OpenAI route.
+    OpenAiError,
+    ErrorStyle::OpenAi
+);
+surface_error!(
+    /// An error on a route outside `/v1`: `{"error": "…"}`.
+    PlainError,
+    ErrorStyle::Plain
+);
+surface_error!(
+    /// An error on Anthropic's Messages route.
+    AnthropicError,
+    ErrorStyle::Anthropic
+);
