@@ -9,13 +9,14 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 BROWSER_TESTS := tests/browser
+AGENT_CLIENTS := tests/agents
 
-.PHONY: run test bench eval fuzz soak build deps browser-deps model test-models lint
+.PHONY: run test bench eval fuzz soak build deps browser-deps agent-deps model test-models lint
 
 run: deps model build
 	./target/release/skillhost serve --config config/skillhost.yaml
 
-test: deps test-models $(VENV)/.installed browser-deps lint
+test: deps test-models $(VENV)/.installed browser-deps agent-deps lint
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release
 	$(VENV)/bin/python -m pytest -q tests/python
@@ -80,6 +81,16 @@ browser-deps: $(BROWSER_TESTS)/node_modules/.installed
 $(BROWSER_TESTS)/node_modules/.installed: $(BROWSER_TESTS)/package.json $(BROWSER_TESTS)/package-lock.json
 	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }
 	cd $(BROWSER_TESTS) && npm ci --no-audit --no-fund
+	touch $@
+
+# Codex and Claude Code from npm, pinned by their lock file; the tests run
+# them in a network namespace (iproute2's `ip` sets up its loopback).
+agent-deps: $(AGENT_CLIENTS)/node_modules/.installed
+	@command -v ip >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y iproute2; }
+
+$(AGENT_CLIENTS)/node_modules/.installed: $(AGENT_CLIENTS)/package.json $(AGENT_CLIENTS)/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }
+	cd $(AGENT_CLIENTS) && npm ci --no-audit --no-fund
 	touch $@
 
 $(VENV)/.installed: tests/requirements.txt

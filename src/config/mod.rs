@@ -140,6 +140,12 @@ pub struct ServeArgs {
     /// CPU threads for decoding [default: all cores]
     #[arg(long, short = 't', env = "SKILLHOST_THREADS")]
     pub threads: Option<u32>,
+    /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
+    #[arg(long, env = "SKILLHOST_TEMPERATURE")]
+    pub temperature: Option<f32>,
+    /// Most tokens a turn generates when its request sets no budget, as llama-server's --n-predict [default: until the context is full]
+    #[arg(long, env = "SKILLHOST_MAX_TOKENS")]
+    pub max_tokens: Option<u32>,
     /// YAML config file whose keys are these flag names; repeatable, later files win
     #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',')]
     pub config: Vec<PathBuf>,
@@ -387,6 +393,11 @@ impl ServeArgs {
             discovery: !(self.skills_no_discovery),
             inline_selected_bodies: self.inline_selected_bodies,
             allow_exec: self.skills_allow_exec,
+            temperature: self.temperature,
+            max_tokens: match self.max_tokens {
+                Some(0) => return Err(ConfigError("--max-tokens must be at least 1".into())),
+                other => other,
+            },
             code_temperature: self.code_exec_temperature,
             turn_timeout: match self.turn_timeout {
                 Some(0) => return Err(ConfigError("--turn-timeout must be at least 1 second".into())),
@@ -394,9 +405,11 @@ impl ServeArgs {
                 None => DEFAULT_TURN_TIMEOUT,
             },
         };
-        if let Some(t) = loop_settings.code_temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(ConfigError(format!("--code-exec-temperature must be between 0 and 2, got {t}")));
+        for (flag, value) in
+            [("--temperature", loop_settings.temperature), ("--code-exec-temperature", loop_settings.code_temperature)]
+        {
+            if let Some(t) = value.filter(|t| !(0.0..=2.0).contains(t)) {
+                return Err(ConfigError(format!("{flag} must be between 0 and 2, got {t}")));
             }
         }
         if let Some(dir) = &self.sandbox_profiles.clone() {
@@ -815,6 +828,18 @@ skills-watch: true
                 },
                 "--skills-max-rounds must be between 1 and 64, got 65",
             ),
+            (
+                ServeArgs { model: Some(model.clone()), max_tokens: Some(0), skills: off(), ..Default::default() },
+                "--max-tokens must be at least 1",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), temperature: Some(2.01), skills: off(), ..Default::default() },
+                "--temperature must be between 0 and 2, got 2.01",
+            ),
+            (
+                ServeArgs { model: Some(model.clone()), temperature: Some(-0.01), skills: off(), ..Default::default() },
+                "--temperature must be between 0 and 2, got -0.01",
+            ),
         ];
         let err = from_args(&["--no-skills", "--config", &unknown.to_string_lossy()]).unwrap_err().0;
         assert!(err.contains("unknown key `modle`"), "{err}");
@@ -827,14 +852,18 @@ skills-watch: true
         }
         // The limits themselves are accepted.
         let ok = ServeArgs {
-            model: Some(model),
+            model: Some(model.clone()),
             parallel: Some(MAX_PARALLEL),
             ctx_size: Some(MIN_CTX_SIZE),
             skills_max_rounds: Some(MAX_ROUNDS),
+            temperature: Some(2.0),
+            max_tokens: Some(1),
             skills: off(),
             ..Default::default()
         };
         assert!(ok.resolve().is_ok());
+        let greedy = ServeArgs { model: Some(model), temperature: Some(0.0), skills: off(), ..Default::default() };
+        assert_eq!(greedy.resolve().unwrap().loop_settings.temperature, Some(0.0));
     }
 
     #[test]

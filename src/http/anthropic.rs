@@ -22,8 +22,8 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{AnthropicError, ApiError, ErrorStyle};
 use crate::http::openai::{
-    ChatCompletionRequest, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed, WireTool,
-    WireToolCall, WireToolChoice,
+    ChatCompletionRequest, Spelling, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed,
+    WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
 use crate::http::AppState;
@@ -121,6 +121,11 @@ fn result_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
     }
 }
 
+/// Anthropic's tools carry `name` and `input_schema` directly; its stop
+/// strings are `stop_sequences`.
+const SPELLING: Spelling =
+    Spelling { stop: "stop_sequences", tool: "", tool_parameters: "input_schema", ..Spelling::OPENAI };
+
 /// Anthropic's request as the OpenAI request the rest of the server takes.
 fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
     let max_tokens = request
@@ -140,11 +145,22 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
     }
     for (index, message) in request.messages.into_iter().enumerate() {
         let at = format!("messages[{index}]");
-        if !matches!(message.role.as_str(), "user" | "assistant") {
+        if !matches!(message.role.as_str(), "user" | "assistant" | "system") {
             return Err(ApiError::bad_param(
                 &format!("{at}.role"),
-                format!("'{at}.role' must be \"user\" or \"assistant\", got \"{}\"", message.role),
+                format!("'{at}.role' must be \"user\", \"assistant\" or \"system\", got \"{}\"", message.role),
             ));
+        }
+        // Claude Code sends its environment as a system message after the
+        // first user turn; it stays where it was sent, so the prompt's
+        // prefix stays the same from one request to the next.
+        if message.role == "system" {
+            let text = match message.content {
+                TextOrBlocks::Text(text) => text,
+                TextOrBlocks::Blocks(blocks) => result_text(Some(&Value::Array(blocks)), &at)?,
+            };
+            messages.push(text_message("system", text));
+            continue;
         }
         let blocks = match message.content {
             TextOrBlocks::Text(text) => {
@@ -338,7 +354,7 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, translate).await?;
     let id = message_id();
     if stream {
         let encoder = AnthropicEncoder { id, model: info.id.clone(), open: None, index: 0 };

@@ -2,7 +2,6 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -14,10 +13,10 @@ use std::panic::AssertUnwindSafe;
 
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{
-    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
+    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
 };
 use crate::http::peer::PeerWatch;
-use crate::http::stream::{begin, event_stream, Begun, Encoder, Finish};
+use crate::http::stream::{self, begin, event_stream, sse_response, Begun, Collected, Encoder, Finish};
 use crate::http::AppState;
 
 fn unix_now() -> u64 {
@@ -119,17 +118,12 @@ async fn serve(
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
     let Begun { chat, peer, info, stream, include_usage } =
-        begin(state, request, payload, |wire: ChatCompletionRequest| Ok(wire)).await?;
+        begin(state, request, payload, &Spelling::OPENAI, |wire: ChatCompletionRequest| Ok(wire)).await?;
     let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
     if stream {
         let started = meta.started;
         let encoder = OpenAiEncoder { meta, include_usage };
-        let body = event_stream(state.clone(), chat, peer, started, encoder);
-        Ok(HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .insert_header((header::CACHE_CONTROL, "no-cache"))
-            .insert_header(("X-Accel-Buffering", "no"))
-            .streaming(body))
+        Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)))
     } else {
         collect(state, chat, peer, meta).await
     }
@@ -159,67 +153,39 @@ impl ResponseMeta {
 /// Runs a request to the end and answers with one JSON object.
 async fn collect(
     state: &web::Data<AppState>,
-    mut chat: ChatStream,
-    mut peer: PeerWatch,
+    chat: ChatStream,
+    peer: PeerWatch,
     meta: ResponseMeta,
 ) -> Result<HttpResponse, ApiError> {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut calls: Vec<ToolCall> = Vec::new();
-    let mut first = true;
-    let mut artifacts: Vec<Value> = Vec::new();
-    while let Some(event) = peer.next_event(&mut chat).await {
-        if first && matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_)) {
-            first = false;
-            state.metrics.time_to_first_token.observe(meta.started.elapsed().as_secs_f64());
-        }
-        match event {
-            ChatEvent::Accepted => {}
-            ChatEvent::Content(text) => content.push_str(&text),
-            // llama-server's field for a thinking model's reasoning.
-            ChatEvent::Reasoning(text) => reasoning.push_str(&text),
-            ChatEvent::ToolCalls(new_calls) => calls.extend(new_calls),
-            ChatEvent::SkillStep(step) => state.metrics.skill_step(&step),
-            ChatEvent::ToolProgress(progress) => {
-                for file in progress.files {
-                    let url = crate::http::artifacts::artifact_url(&progress.run_id, &file.path);
-                    artifacts.retain(|a| a["url"] != url.as_str());
-                    artifacts.push(json!({"path": file.path, "bytes": file.bytes, "url": url}));
-                }
-            }
-            ChatEvent::Finished { finish, usage, timings, rounds } => {
-                state.metrics.finished(usage.prompt_tokens, &timings);
-                let mut message = json!({"role": "assistant", "content": content});
-                if !reasoning.is_empty() {
-                    message["reasoning_content"] = Value::String(std::mem::take(&mut reasoning));
-                }
-                if !calls.is_empty() {
-                    if content.is_empty() {
-                        message["content"] = Value::Null;
-                    }
-                    message["tool_calls"] = tool_calls_json(&calls);
-                }
-                let mut body = json!({
-                    "id": meta.id,
-                    "object": "chat.completion",
-                    "created": meta.created,
-                    "model": meta.model,
-                    "system_fingerprint": null,
-                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(finish)}],
-                    "usage": usage_json(&usage, &timings),
-                    "timings": timings_json(&timings),
-                    "rounds": rounds_json(&rounds),
-                });
-                // Only runs that produced files carry the field.
-                if !artifacts.is_empty() {
-                    body["artifacts"] = Value::Array(artifacts);
-                }
-                return Ok(HttpResponse::Ok().json(body));
-            }
-            ChatEvent::Failed(err) => return Err(err.into()),
-        }
+    let Collected { text, reasoning, calls, finish, usage, timings, rounds, artifacts } =
+        stream::collect(state, chat, peer, meta.started).await?;
+    let mut message = json!({"role": "assistant", "content": text});
+    // llama-server's field for a thinking model's reasoning.
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = Value::String(reasoning);
     }
-    Err(ApiError::Internal("the request ended without an answer".into()))
+    if !calls.is_empty() {
+        if message["content"] == "" {
+            message["content"] = Value::Null;
+        }
+        message["tool_calls"] = tool_calls_json(&calls);
+    }
+    let mut body = json!({
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": null,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(finish)}],
+        "usage": usage_json(&usage, &timings),
+        "timings": timings_json(&timings),
+        "rounds": rounds_json(&rounds),
+    });
+    // Only runs that produced files carry the field.
+    if !artifacts.is_empty() {
+        body["artifacts"] = Value::Array(artifacts);
+    }
+    Ok(HttpResponse::Ok().json(body))
 }
 
 fn frame(value: &Value) -> Bytes {

@@ -18,8 +18,8 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
-    ChatCompletionRequest, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage, WireResponseFormat,
-    WireTool, WireToolCall, WireToolChoice,
+    ChatCompletionRequest, Spelling, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage,
+    WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Finish};
 use crate::http::AppState;
@@ -94,6 +94,16 @@ struct OllamaOptions {
 fn model_name(info: &ModelInfo) -> String {
     format!("{}{TAG}", info.id)
 }
+
+/// Ollama keeps sampling settings, the token budget and stop strings under
+/// `options`, and the answer's schema in `format`.
+const SPELLING: Spelling = Spelling {
+    sampling: "options.",
+    max_tokens: "options.num_predict",
+    stop: "options.stop",
+    answer_schema: "format",
+    ..Spelling::OPENAI
+};
 
 /// Ollama's request, as the OpenAI request the rest of the server takes.
 fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiError> {
@@ -207,7 +217,7 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, translate).await?;
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, translate).await?;
     let reply = Reply { model: model_name(&info), started };
     if stream {
         let lines = event_stream(state.clone(), chat, peer, started, OllamaEncoder { reply });

@@ -242,10 +242,52 @@ pub struct ValidatedChat {
     pub include_usage: bool,
 }
 
+/// How a surface spells the request fields the validator names in its
+/// errors. Every surface's request is translated into this one type and
+/// validated once; with its spelling, an error names the field the client
+/// actually sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Spelling {
+    /// Before each sampling setting (`temperature`, `top_p`, …): Ollama
+    /// keeps them under `options.`.
+    pub sampling: &'static str,
+    pub max_tokens: &'static str,
+    pub stop: &'static str,
+    /// Between `tools[n].` and a tool's `name` and parameters.
+    pub tool: &'static str,
+    pub tool_parameters: &'static str,
+    /// Where a JSON schema for the answer goes.
+    pub answer_schema: &'static str,
+}
+
+impl Spelling {
+    pub const OPENAI: Spelling = Spelling {
+        sampling: "",
+        max_tokens: "max_tokens",
+        stop: "stop",
+        tool: "function.",
+        tool_parameters: "parameters",
+        answer_schema: "response_format.json_schema.schema",
+    };
+
+    fn sampling(&self, name: &str) -> String {
+        format!("{}{name}", self.sampling)
+    }
+
+    fn tool_field(&self, index: usize, field: &str) -> String {
+        format!("tools[{index}].{}{field}", self.tool)
+    }
+}
+
 impl ChatCompletionRequest {
     /// Checks everything that can be checked without the model and builds
     /// the internal request. `model_id` is the loaded model's id.
     pub fn validate(self, model_id: &str) -> Result<ValidatedChat, ApiError> {
+        self.validate_as(model_id, &Spelling::OPENAI)
+    }
+
+    /// [`validate`](Self::validate), naming fields as `spelling` does.
+    pub fn validate_as(self, model_id: &str, spelling: &Spelling) -> Result<ValidatedChat, ApiError> {
         if let Some(model) = self.model.as_deref() {
             let matches = model.is_empty() || model == model_id || model.strip_suffix(".gguf") == Some(model_id);
             if !matches {
@@ -295,13 +337,14 @@ impl ChatCompletionRequest {
             messages.push(message);
         }
 
-        let temperature = check_range("temperature", self.temperature, 0.0, 2.0)?;
-        let top_p = check_range("top_p", self.top_p, 0.0, 1.0)?;
-        let min_p = check_range("min_p", self.min_p, 0.0, 1.0)?;
-        let presence_penalty = check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
-        let frequency_penalty = check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
-        let repeat_penalty = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?;
-        let top_k = check_range("top_k", self.top_k, 0, i32::MAX)?;
+        let named = |field: &str| spelling.sampling(field);
+        let temperature = check_range(&named("temperature"), self.temperature, 0.0, 2.0)?;
+        let top_p = check_range(&named("top_p"), self.top_p, 0.0, 1.0)?;
+        let min_p = check_range(&named("min_p"), self.min_p, 0.0, 1.0)?;
+        let presence_penalty = check_range(&named("presence_penalty"), self.presence_penalty, -2.0, 2.0)?;
+        let frequency_penalty = check_range(&named("frequency_penalty"), self.frequency_penalty, -2.0, 2.0)?;
+        let repeat_penalty = check_range(&named("repeat_penalty"), self.repeat_penalty, 0.0, 10.0)?;
+        let top_k = check_range(&named("top_k"), self.top_k, 0, i32::MAX)?;
         let defaults = SamplingParams::default();
         let sampling = SamplingParams {
             temperature: temperature.unwrap_or(defaults.temperature),
@@ -317,7 +360,7 @@ impl ChatCompletionRequest {
         };
         let max_tokens = self.max_completion_tokens.or(self.max_tokens);
         if max_tokens == Some(0) {
-            let name = if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" };
+            let name = if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { spelling.max_tokens };
             return Err(ApiError::bad_param(name, format!("'{name}' must be at least 1")));
         }
         let stop = match self.stop {
@@ -326,9 +369,10 @@ impl ChatCompletionRequest {
             Some(Stop::Many(many)) => many,
         };
         if stop.len() > MAX_STOP_SEQUENCES {
+            let field = spelling.stop;
             return Err(ApiError::bad_param(
-                "stop",
-                format!("'stop' has {} sequences; at most {MAX_STOP_SEQUENCES} are allowed", stop.len()),
+                field,
+                format!("'{field}' has {} sequences; at most {MAX_STOP_SEQUENCES} are allowed", stop.len()),
             ));
         }
 
@@ -342,25 +386,21 @@ impl ChatCompletionRequest {
             }
             let name = tool.function.name;
             if !is_valid_tool_name(&name) {
+                let field = spelling.tool_field(index, "name");
                 return Err(ApiError::bad_param(
-                    &format!("tools[{index}].function.name"),
-                    format!("tools[{index}].function.name '{name}' must be 1 to {MAX_TOOL_NAME_LEN} letters, digits, '_' or '-'"),
+                    &field,
+                    format!("{field} '{name}' must be 1 to {MAX_TOOL_NAME_LEN} letters, digits, '_' or '-'"),
                 ));
             }
             if tools.iter().any(|t: &ToolDef| t.name == name) {
                 return Err(ApiError::bad_param("tools", format!("the tool '{name}' is declared twice")));
             }
+            let field = spelling.tool_field(index, spelling.tool_parameters);
             let parameters = match tool.function.parameters {
                 None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
                 Some(schema @ Value::Object(_)) => schema,
-                Some(_) => {
-                    return Err(ApiError::bad_param(
-                        &format!("tools[{index}].function.parameters"),
-                        format!("tools[{index}].function.parameters must be a JSON Schema object"),
-                    ))
-                }
+                Some(_) => return Err(ApiError::bad_param(&field, format!("{field} must be a JSON Schema object"))),
             };
-            let field = format!("tools[{index}].function.parameters");
             schema_limits::check(&parameters).map_err(|why| ApiError::bad_param(&field, format!("{field} {why}")))?;
             tools.push(ToolDef { name, description: tool.function.description.unwrap_or_default(), parameters });
         }
@@ -400,16 +440,14 @@ impl ChatCompletionRequest {
                 "json_object" => ResponseFormat::JsonObject,
                 "json_schema" => match format.json_schema.and_then(|s| s.schema) {
                     Some(schema @ Value::Object(_)) => {
-                        let field = "response_format.json_schema.schema";
+                        let field = spelling.answer_schema;
                         schema_limits::check(&schema)
                             .map_err(|why| ApiError::bad_param(field, format!("{field} {why}")))?;
                         ResponseFormat::JsonSchema(schema)
                     }
                     Some(_) => {
-                        return Err(ApiError::bad_param(
-                            "response_format.json_schema.schema",
-                            "response_format.json_schema.schema must be a JSON Schema object",
-                        ))
+                        let field = spelling.answer_schema;
+                        return Err(ApiError::bad_param(field, format!("{field} must be a JSON Schema object")));
                     }
                     None => {
                         return Err(ApiError::bad_param(

@@ -20,8 +20,8 @@ use skillhost_engine::{Timings, ToolCall};
 use crate::http::chat::guarded;
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{
-    ChatCompletionRequest, WireContent, WireFunction, WireFunctionCall, WireJsonSchema, WireMessage, WireNamed,
-    WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
+    ChatCompletionRequest, Spelling, WireContent, WireFunction, WireFunctionCall, WireJsonSchema, WireMessage,
+    WireNamed, WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
 use crate::http::AppState;
@@ -244,10 +244,22 @@ fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletion
                 .enumerate()
                 .map(|(n, tool)| {
                     let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+                    // Codex sends both by default; its settings turn them off.
+                    let hint = match kind.as_str() {
+                        "web_search" => " (in Codex: web_search = \"disabled\")",
+                        "namespace" => " (in Codex: [agents] enabled = false)",
+                        _ => "",
+                    };
+                    if kind == "namespace" {
+                        return Err(ApiError::bad_param(
+                            &format!("tools[{n}]"),
+                            format!("'tools[{n}]' is a tool namespace, which this server does not take; declare its functions as function tools{hint}"),
+                        ));
+                    }
                     if kind != "function" {
                         return Err(ApiError::bad_param(
                             &format!("tools[{n}]"),
-                            format!("'tools[{n}]' is the built-in tool '{kind}', which this server does not run; declare a function tool instead"),
+                            format!("'tools[{n}]' is the built-in tool '{kind}', which this server does not run; declare a function tool instead{hint}"),
                         ));
                     }
                     let name = tool.get("name").and_then(Value::as_str).ok_or_else(|| {
@@ -316,6 +328,12 @@ fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletion
     };
     Ok((wire, items))
 }
+
+/// The Responses API's budget is `max_output_tokens`, its function tools
+/// carry `name` and `parameters` directly, and the answer's schema is
+/// `text.format.schema`.
+const SPELLING: Spelling =
+    Spelling { max_tokens: "max_output_tokens", tool: "", answer_schema: "text.format.schema", ..Spelling::OPENAI };
 
 fn usage_json(usage: &Usage, timings: &Timings) -> Value {
     json!({
@@ -425,7 +443,7 @@ async fn serve(
 ) -> Result<HttpResponse, ApiError> {
     let mut kept = None;
     let app = state.clone();
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, |wire: ResponsesRequest| {
+    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, |wire: ResponsesRequest| {
         let store = wire.store.unwrap_or(true);
         let previous = wire.previous_response_id.clone();
         let metadata = wire.metadata.clone().unwrap_or_else(|| json!({}));

@@ -20,7 +20,7 @@ use skillhost_engine::{Timings, ToolCall};
 use crate::http::body::read_json;
 use crate::http::chat::{ready_model, start};
 use crate::http::error::ApiError;
-use crate::http::openai::ChatCompletionRequest;
+use crate::http::openai::{ChatCompletionRequest, Spelling, WireNamed, WireToolChoice};
 use crate::http::peer::PeerWatch;
 use crate::http::AppState;
 
@@ -36,18 +36,50 @@ pub struct Begun {
 
 /// The start every surface shares: read the body as the surface's request
 /// type, translate it into the OpenAI request (one validator for all),
-/// validate it against the loaded model, and start it.
+/// validate it against the loaded model, naming fields as the surface
+/// spells them, and start it.
 pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
     state: &web::Data<AppState>,
     request: &actix_web::HttpRequest,
     payload: web::Payload,
+    spelling: &Spelling,
     translate: impl FnOnce(R) -> Result<ChatCompletionRequest, ApiError>,
 ) -> Result<Begun, ApiError> {
     let wire: R = read_json(request, payload).await?;
     let info = ready_model(state)?;
-    let validated = translate(wire)?.validate(&info.id)?;
+    let mut translated = translate(wire)?;
+    if let Some(choice) = header_tool_choice(request)? {
+        // Only a turn's first round: a later request carries the results of
+        // the calls the header asked for, and forcing again would loop.
+        let latest = translated.messages.iter().rev().find(|message| message.role != "system");
+        if latest.is_some_and(|message| message.role == "user") {
+            translated.tool_choice = Some(choice);
+        }
+    }
+    let validated = translated.validate_as(&info.id, spelling)?;
     let (chat, peer) = start(state, request, validated.request).await?;
     Ok(Begun { chat, peer, info, stream: validated.stream, include_usage: validated.include_usage })
+}
+
+/// A request header that sets `tool_choice` for the first round after a
+/// user message, for clients whose own requests cannot (Codex, Claude
+/// Code): `none`, `auto`, `required` or a function's name. Their settings
+/// can add a header to every request they send.
+pub const TOOL_CHOICE_HEADER: &str = "x-skillhost-tool-choice";
+
+fn header_tool_choice(request: &actix_web::HttpRequest) -> Result<Option<WireToolChoice>, ApiError> {
+    let Some(value) = request.headers().get(TOOL_CHOICE_HEADER) else { return Ok(None) };
+    let value = value.to_str().map(str::trim).unwrap_or_default();
+    if value.is_empty() {
+        return Err(ApiError::bad_param(
+            TOOL_CHOICE_HEADER,
+            format!("the {TOOL_CHOICE_HEADER} header must be none, auto, required or a tool's name"),
+        ));
+    }
+    Ok(Some(match value {
+        "none" | "auto" | "required" => WireToolChoice::Mode(value.to_string()),
+        name => WireToolChoice::Function { kind: "function".into(), function: WireNamed { name: name.to_string() } },
+    }))
 }
 
 /// How the request finished, as every encoder's last frame needs it.
@@ -222,6 +254,8 @@ pub struct Collected {
     pub usage: Usage,
     pub timings: Timings,
     pub rounds: Vec<RoundStats>,
+    /// Files code runs left, as `{path, bytes, url}`, the latest of each.
+    pub artifacts: Vec<serde_json::Value>,
 }
 
 /// Runs a request to its end, keeping the same metrics a stream keeps.
@@ -231,7 +265,7 @@ pub async fn collect(
     mut peer: PeerWatch,
     started: Instant,
 ) -> Result<Collected, ApiError> {
-    let (mut text, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+    let (mut text, mut reasoning, mut calls, mut artifacts) = (String::new(), String::new(), Vec::new(), Vec::new());
     let mut first_output = true;
     while let Some(event) = peer.next_event(&mut chat).await {
         let output = matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_));
@@ -239,14 +273,21 @@ pub async fn collect(
             app.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
         }
         match event {
-            ChatEvent::Accepted | ChatEvent::ToolProgress(_) => {}
+            ChatEvent::Accepted => {}
+            ChatEvent::ToolProgress(progress) => {
+                for file in progress.files {
+                    let url = crate::http::artifacts::artifact_url(&progress.run_id, &file.path);
+                    artifacts.retain(|known: &serde_json::Value| known["url"] != url.as_str());
+                    artifacts.push(serde_json::json!({"path": file.path, "bytes": file.bytes, "url": url}));
+                }
+            }
             ChatEvent::Content(delta) => text.push_str(&delta),
             ChatEvent::Reasoning(delta) => reasoning.push_str(&delta),
             ChatEvent::SkillStep(step) => app.metrics.skill_step(&step),
             ChatEvent::ToolCalls(made) => calls.extend(made),
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 app.metrics.finished(usage.prompt_tokens, &timings);
-                return Ok(Collected { text, reasoning, calls, finish, usage, timings, rounds });
+                return Ok(Collected { text, reasoning, calls, finish, usage, timings, rounds, artifacts });
             }
             ChatEvent::Failed(err) => return Err(err.into()),
         }

@@ -15,10 +15,10 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
-    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, WireMessage,
-    WireToolChoice,
+    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
+    WireMessage, WireToolChoice,
 };
-use crate::http::stream::{event_stream, Encoder, Finish};
+use crate::http::stream::{event_stream, sse_response, Encoder, Finish};
 use crate::http::AppState;
 
 /// A comment frame goes out after this long without any other, so proxies
@@ -91,6 +91,9 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, PlainErr
     })))
 }
 
+/// The page spells the token budget in camelCase.
+const SPELLING: Spelling = Spelling { max_tokens: "maxTokens", ..Spelling::OPENAI };
+
 /// The body of `POST /api/chat`.
 #[derive(Debug, Deserialize)]
 pub struct WebChatRequest {
@@ -157,14 +160,7 @@ async fn start_chat(
         tool_choice: web_request.tool_choice,
         ..ChatCompletionRequest::default()
     };
-    let mut validated = wire.validate(&info.id).map_err(|err| match err {
-        // The page speaks camelCase.
-        ApiError::BadRequest { message, param } => ApiError::BadRequest {
-            message: message.replace("'max_tokens'", "'maxTokens'"),
-            param: param.map(|p| if p == "max_tokens" { "maxTokens".to_string() } else { p }),
-        },
-        other => other,
-    })?;
+    let mut validated = wire.validate_as(&info.id, &SPELLING)?;
     validated.request.conversation = Some(conversation.clone());
     let (chat, peer) = start(state, request, validated.request).await?;
     let encoder = WebEncoder {
@@ -174,12 +170,7 @@ async fn start_chat(
         id_delivered: false,
         keep_alive: state.keep_alive,
     };
-    let stream = event_stream(state.clone(), chat, peer, started, encoder);
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(stream))
+    Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)))
 }
 
 /// How long closing a conversation waits for its folder to go; a command

@@ -23,6 +23,14 @@ async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
 
 /// The app on `backend`, with the scenario skills when `skills`.
 async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<AppState> {
+    state_with_settings(backend, skills, LoopSettings::default()).await
+}
+
+async fn state_with_settings(
+    backend: Arc<ScriptedBackend>,
+    skills: bool,
+    loop_settings: LoopSettings,
+) -> web::Data<AppState> {
     let skills = skills.then(|| SkillsConfig {
         roots: vec![Root {
             path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
@@ -31,13 +39,8 @@ async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<Ap
         install_dir: None,
         watch: false,
     });
-    let config = ServerConfig {
-        model: ModelSource::Provided(backend),
-        skills,
-        loop_settings: LoopSettings::default(),
-        exec: None,
-        artifacts: None,
-    };
+    let config =
+        ServerConfig { model: ModelSource::Provided(backend), skills, loop_settings, exec: None, artifacts: None };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
     web::Data::new(AppState {
@@ -460,4 +463,123 @@ async fn responses_events_over_http() {
     let call = &first["output"][0];
     assert_eq!((call["type"].as_str(), call["name"].as_str()), (Some("function_call"), Some("weather")));
     assert_eq!(state.metrics.time_to_first_token.get_sample_count(), 2);
+}
+
+/// The text of an error body in any surface's shape.
+fn error_text(body: &Value) -> String {
+    match &body["error"] {
+        Value::String(text) => text.clone(),
+        error => error["message"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+#[actix_web::test]
+async fn every_surface_names_a_bad_field_as_it_spells_it() {
+    let state = state(vec![], false).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let user = json!([{"role": "user", "content": "x"}]);
+    let stops: Vec<String> = (0..17).map(|n| n.to_string()).collect();
+    let many: Vec<u32> = (0..1025).collect();
+    let cases = [
+        ("/api/chat", json!({"messages": user, "maxTokens": 0}), "'maxTokens' must be at least 1"),
+        ("/v1/chat/completions", json!({"messages": user, "max_tokens": 0}), "'max_tokens' must be at least 1"),
+        ("/v1/responses", json!({"input": "x", "max_output_tokens": 0}), "'max_output_tokens' must be at least 1"),
+        ("/v1/responses", json!({"input": "x", "tools": [{"type": "function", "name": "a b"}]}), "tools[0].name 'a b'"),
+        (
+            "/v1/responses",
+            json!({"input": "x", "text": {"format": {"type": "json_schema", "schema": "x"}}}),
+            "text.format.schema must be a JSON Schema object",
+        ),
+        (
+            "/v1/messages",
+            json!({"max_tokens": 8, "messages": user, "stop_sequences": stops}),
+            "'stop_sequences' has 17",
+        ),
+        (
+            "/v1/messages",
+            json!({"max_tokens": 8, "messages": user, "tools": [{"name": "w", "input_schema": "x"}]}),
+            "tools[0].input_schema must be a JSON Schema object",
+        ),
+        ("/ollama/api/chat", json!({"messages": user, "options": {"temperature": 5}}), "'options.temperature' must be"),
+        ("/ollama/api/chat", json!({"messages": user, "options": {"num_predict": 0}}), "'options.num_predict' must be"),
+        ("/ollama/api/chat", json!({"messages": user, "format": {"enum": many}}), "format has an enum of 1025"),
+    ];
+    for (uri, body, expected) in cases {
+        let response = test::call_service(&app, test::TestRequest::post().uri(uri).set_json(&body).to_request()).await;
+        let status = response.status().as_u16();
+        let error: Value = test::read_body_json(response).await;
+        assert_eq!(status, 400, "{uri} {body} → {error}");
+        let text = error_text(&error);
+        assert!(text.contains(expected), "{uri} {body} → {text}");
+    }
+}
+
+#[actix_web::test]
+async fn the_tool_choice_header_holds_only_a_turns_first_round() {
+    let call = "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let backend =
+        Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, vec![call.into(), "Sunny.".into()]).unwrap());
+    let state = state_with(backend.clone(), false).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let weather = json!({"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let first = json!({"input": "Weather in Paris?", "tools": [weather]});
+    let request = test::TestRequest::post()
+        .uri("/v1/responses")
+        .insert_header((crate::http::stream::TOOL_CHOICE_HEADER, "weather"))
+        .set_json(&first)
+        .to_request();
+    let reply: Value = test::call_and_read_body_json(&app, request).await;
+    assert_eq!(reply["output"][0]["type"], "function_call", "{reply}");
+    assert_eq!(backend.forced_calls(), [true]);
+    // The follow-up carries the call's result: the header no longer applies.
+    let call_id = reply["output"][0]["call_id"].clone();
+    let followup = json!({
+        "input": [
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "call_id": call_id, "name": "weather", "arguments": "{\"city\": \"Paris\"}"},
+            {"type": "function_call_output", "call_id": call_id, "output": "Sunny"},
+        ],
+        "tools": [weather],
+    });
+    let request = test::TestRequest::post()
+        .uri("/v1/responses")
+        .insert_header((crate::http::stream::TOOL_CHOICE_HEADER, "weather"))
+        .set_json(&followup)
+        .to_request();
+    let reply: Value = test::call_and_read_body_json(&app, request).await;
+    assert_eq!(reply["output"][0]["type"], "message", "{reply}");
+    assert_eq!(backend.forced_calls(), [true, false]);
+    // A value the header cannot hold is refused with a sentence.
+    let request = test::TestRequest::post()
+        .uri("/v1/responses")
+        .insert_header((crate::http::stream::TOOL_CHOICE_HEADER, " "))
+        .set_json(&first)
+        .to_request();
+    let response = test::call_service(&app, request).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = test::read_body_json(response).await;
+    assert!(error_text(&error).contains("x-skillhost-tool-choice header must be"), "{error}");
+}
+
+#[actix_web::test]
+async fn the_operators_temperature_and_budget_fill_in_only_for_requests_that_set_none() {
+    // The scripted model streams seven bytes a token: a budget of one token
+    // cuts "Unbounded." to "Unbound".
+    let outputs = vec!["Unbounded.".to_string(), "Bounded.".to_string()];
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let settings = LoopSettings { temperature: Some(0.0), max_tokens: Some(1), ..LoopSettings::default() };
+    let app = test::init_service(
+        App::new().app_data(state_with_settings(backend.clone(), false, settings).await).configure(configure),
+    )
+    .await;
+    let unset = json!({"input": "x"});
+    let set = json!({"input": "x", "temperature": 1.5, "max_output_tokens": 8});
+    let mut texts = Vec::new();
+    for body in [unset, set] {
+        let request = test::TestRequest::post().uri("/v1/responses").set_json(&body).to_request();
+        let reply: Value = test::call_and_read_body_json(&app, request).await;
+        texts.push(reply["output"][0]["content"][0]["text"].clone());
+    }
+    assert_eq!(backend.temperatures(), [0.0, 1.5]);
+    assert_eq!(texts, ["Unbound", "Bounded."]);
 }

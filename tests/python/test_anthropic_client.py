@@ -85,7 +85,7 @@ def test_a_tool_use_round_trip(client):
     [
         ({"max_tokens": None}, "'max_tokens' is required"),
         ({"messages": []}, "'messages' must contain at least one message"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "must be \"user\" or \"assistant\""),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "must be \"user\", \"assistant\" or \"system\""),
         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "reads text only"),
         ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, "needs a 'type'"),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool 'web_search_20250305'"),

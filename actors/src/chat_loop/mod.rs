@@ -65,6 +65,11 @@ pub struct LoopSettings {
     pub discovery: bool,
     pub inline_selected_bodies: bool,
     pub allow_exec: bool,
+    /// Temperature for requests that left it unset (clients such as Codex
+    /// cannot send one).
+    pub temperature: Option<f32>,
+    /// The turn's token budget when the request sets none.
+    pub max_tokens: Option<u32>,
     /// Temperature for code turns whose request left it at the default.
     pub code_temperature: Option<f32>,
     /// How long one turn may run, all rounds and tools together; then it
@@ -79,6 +84,8 @@ impl Default for LoopSettings {
             discovery: true,
             inline_selected_bodies: false,
             allow_exec: false,
+            temperature: None,
+            max_tokens: None,
             code_temperature: None,
             turn_timeout: DEFAULT_TURN_TIMEOUT,
         }
@@ -327,9 +334,13 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         }
     }
     let code_tools = workspace.is_some();
+    // The operator's temperatures replace only one the request left unset;
+    // an explicit client value wins.
+    if let (Some(temperature), false) = (settings.temperature, request.temperature_set) {
+        request.sampling.temperature = temperature;
+    }
+    request.max_tokens = request.max_tokens.or(settings.max_tokens);
     if code_tools {
-        // The operator's code temperature replaces only a temperature the
-        // request left at the default; an explicit client value wins.
         if let (Some(temperature), false) = (settings.code_temperature, request.temperature_set) {
             request.sampling.temperature = temperature;
         }

@@ -23,6 +23,11 @@ pub struct ScriptedBackend {
     stats: Arc<EngineStats>,
     outputs: Mutex<VecDeque<String>>,
     prompts: Mutex<Vec<String>>,
+    /// For each prompt, whether its grammar held the output to a call from
+    /// the first token (a forced tool choice).
+    forced: Mutex<Vec<bool>>,
+    /// For each prompt, the temperature it was sampled at.
+    temperatures: Mutex<Vec<f32>>,
     /// Refuse prompts longer than the context (four bytes a token), as the
     /// engine does.
     limit_context: bool,
@@ -49,6 +54,8 @@ impl ScriptedBackend {
             stats: Arc::new(EngineStats::default()),
             outputs: Mutex::new(outputs.into()),
             prompts: Mutex::new(Vec::new()),
+            forced: Mutex::new(Vec::new()),
+            temperatures: Mutex::new(Vec::new()),
             limit_context: false,
         })
     }
@@ -62,6 +69,16 @@ impl ScriptedBackend {
     /// Every prompt submitted so far, in order.
     pub fn prompts(&self) -> Vec<String> {
         self.prompts.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// For each prompt so far, the temperature it was sampled at.
+    pub fn temperatures(&self) -> Vec<f32> {
+        self.temperatures.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// For each prompt so far, whether a tool call was forced.
+    pub fn forced_calls(&self) -> Vec<bool> {
+        self.forced.lock().map(|f| f.clone()).unwrap_or_default()
     }
 }
 
@@ -90,6 +107,12 @@ impl ModelBackend for ScriptedBackend {
         let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
         if let Ok(mut prompts) = self.prompts.lock() {
             prompts.push(request.prompt);
+        }
+        if let Ok(mut temperatures) = self.temperatures.lock() {
+            temperatures.push(request.sampling.temperature);
+        }
+        if let Ok(mut forced) = self.forced.lock() {
+            forced.push(request.grammar.as_ref().is_some_and(|grammar| grammar.trigger.is_none()));
         }
         Box::pin(async move {
             let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
