@@ -318,7 +318,7 @@ async fn health_models_and_metrics() {
 }
 
 #[actix_web::test]
-async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_real_model() {
+async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_real_model_on_every_route() {
     use skillhost_actors::model::ModelSource;
     use skillhost_actors::skills::{Origin, Root, SkillsConfig};
     let dir = tempfile::tempdir().unwrap();
@@ -383,9 +383,37 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
     assert!(["stop", "length"].contains(&response["choices"][0]["finish_reason"].as_str().unwrap()), "{response}");
     let content = response["choices"][0]["message"]["content"].as_str().unwrap_or_default();
     assert!(!content.contains("<tool_call>"), "tool markup reached the client: {content}");
+
+    // The same on the Responses and Messages routes: the skill round runs
+    // in the server and the client gets an answer, not the skill call.
+    let responses = json!({
+        "input": "Greet the new visitor.",
+        "skills": ["greeting"],
+        "tool_choice": {"type": "function", "name": "skills_read"},
+        "parallel_tool_calls": false,
+        "temperature": 0,
+        "max_output_tokens": 160,
+    });
+    let messages = json!({
+        "messages": [{"role": "user", "content": "Greet the new visitor."}],
+        "skills": ["greeting"],
+        "tool_choice": {"type": "tool", "name": "skills_read", "disable_parallel_tool_use": true},
+        "temperature": 0,
+        "max_tokens": 160,
+    });
+    for (uri, body) in [("/v1/responses", responses), ("/v1/messages", messages)] {
+        let request = test::TestRequest::post().uri(uri).set_json(body).to_request();
+        let response: Value = test::call_and_read_body_json(&app, request).await;
+        let items = response.get("output").or_else(|| response.get("content")).unwrap().as_array().unwrap();
+        assert!(!items.is_empty(), "{uri}: {response}");
+        for item in items {
+            assert!(["message", "text"].contains(&item["type"].as_str().unwrap()), "{uri}: {response}");
+        }
+        assert!(!response.to_string().contains("<tool_call>"), "tool markup reached the client: {response}");
+    }
     let metrics = String::from_utf8_lossy(
         &test::read_body(test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await).await,
     )
     .to_string();
-    assert!(metrics.contains("skillhost_skill_tool_calls_total{ok=\"true\",tool=\"skills_read\"} 1"), "{metrics}");
+    assert!(metrics.contains("skillhost_skill_tool_calls_total{ok=\"true\",tool=\"skills_read\"} 3"), "{metrics}");
 }

@@ -583,3 +583,44 @@ async fn the_operators_temperature_and_budget_fill_in_only_for_requests_that_set
     assert_eq!(backend.temperatures(), [0.0, 1.5]);
     assert_eq!(texts, ["Unbound", "Bounded."]);
 }
+
+/// A model that reads the `notes` skill, then answers from it.
+fn skill_round_trip() -> Vec<String> {
+    vec![
+        "<tool_call>\n{\"name\": \"skills_read\", \"arguments\": {\"skill\": \"notes\"}}\n</tool_call>".to_string(),
+        "2026-11-30\nDecisions: none.\nNOTE-7".to_string(),
+    ]
+}
+
+#[actix_web::test]
+async fn a_skills_request_on_the_responses_and_messages_routes_runs_its_rounds_in_the_server() {
+    for (uri, body) in [
+        ("/v1/responses", json!({"input": "Write the meeting notes.", "skills": ["notes"], "stream": true})),
+        (
+            "/v1/messages",
+            json!({"max_tokens": 200, "messages": [{"role": "user", "content": "Write the meeting notes."}],
+                "skills": ["notes"], "stream": true}),
+        ),
+    ] {
+        let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, skill_round_trip()).unwrap());
+        let state = state_with(backend.clone(), true).await;
+        let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+        let response = test::call_service(&app, test::TestRequest::post().uri(uri).set_json(&body).to_request()).await;
+        assert_eq!(response.status().as_u16(), 200, "{uri}");
+        let events = named_events(&test::read_body(response).await);
+        // The skill round ran in the server: its body reached the second prompt.
+        let prompts = backend.prompts();
+        assert_eq!(prompts.len(), 2, "{uri}");
+        assert!(!prompts[0].contains("the marker NOTE-7") && prompts[1].contains("the marker NOTE-7"), "{uri}");
+        // The client sees the final answer only: no call to skills_read.
+        let text: String = events
+            .iter()
+            .filter_map(|(_, data)| data["delta"].as_str().or_else(|| data["delta"]["text"].as_str()))
+            .collect();
+        assert!(text.ends_with("2026-11-30\nDecisions: none.\nNOTE-7"), "{uri}: {text:?}");
+        let everything = format!("{events:?}");
+        assert!(!everything.contains("skills_read") && !everything.contains("tool_use"), "{uri}: {everything}");
+        assert!(!everything.contains("function_call"), "{uri}: {everything}");
+        assert_eq!(state.metrics.skill_steps.with_label_values(&["skills_read", "true"]).get(), 1, "{uri}");
+    }
+}

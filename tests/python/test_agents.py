@@ -16,8 +16,8 @@ AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 # Each agent run is bounded; a healthy one takes seconds to a few minutes.
 AGENT_TIMEOUT_S = 420
-# Codex's own instructions are about 4,000 tokens; a short file in their place
-# keeps a round's prefill small on the default model.
+# Codex's own instructions are about 4,000 tokens; a short text in their place
+# keeps a round's prefill small on the default model (Claude Code's too).
 CODEX_INSTRUCTIONS = "You are a coding agent in a terminal. Answer briefly."
 
 
@@ -127,18 +127,8 @@ def test_codex_executes_a_shell_call_the_server_forced(greedy_server, tmp_path, 
     assert any(e.get("type") == "turn.completed" for e in events), events
 
 
-@pytest.fixture(scope="module")
-def long_context_server():
-    # Claude Code's default system prompt and tools are about 12,000 tokens.
-    running = RunningServer(
-        ["--model", str(DEFAULT_MODEL), "--parallel", "1", "--ctx-size", "16384", "--temperature", "0"]
-    )
-    yield running
-    running.stop()
-
-
-def test_claude_code_completes_a_turn(long_context_server, tmp_path, capsys):
-    server = long_context_server
+def test_claude_code_completes_a_turn(greedy_server, tmp_path, capsys):
+    server = greedy_server
     work = tmp_path / "work"
     work.mkdir()
     bridge = Bridge(server.url, tmp_path)
@@ -152,9 +142,15 @@ def test_claude_code_completes_a_turn(long_context_server, tmp_path, capsys):
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
         # Claude Code asks for 32,000 output tokens by default.
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "1024",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256",
     }
-    command = [agent("claude"), "-p", "Reply with one word: hello", "--output-format", "json", "--max-turns", "3"]
+    # Its default system prompt and tools are about 12,000 tokens, more than
+    # the test server's context (they need --ctx-size 16384 and minutes of
+    # prefill on two cores); a short prompt and one tool keep the round small.
+    command = [
+        agent("claude"), "-p", "Reply with one word: hello", "--output-format", "json", "--max-turns", "3",
+        "--system-prompt", CODEX_INSTRUCTIONS, "--tools", "Bash",
+    ]
     try:
         result = bridge.run(command, cwd=work, env=env, timeout=AGENT_TIMEOUT_S)
     finally:
@@ -163,5 +159,5 @@ def test_claude_code_completes_a_turn(long_context_server, tmp_path, capsys):
     assert result.returncode == 0, result.stdout + result.stderr + "".join(server.log[-20:])
     outcome = json.loads(result.stdout)
     assert outcome["is_error"] is False and outcome["result"].strip(), outcome
-    assert outcome["usage"]["input_tokens"] + outcome["usage"]["cache_read_input_tokens"] > 5000, outcome
+    assert outcome["usage"]["input_tokens"] + outcome["usage"]["cache_read_input_tokens"] > 100, outcome
     assert bridge.requests and all(line.startswith("POST /v1/messages") for line in bridge.requests), bridge.requests
