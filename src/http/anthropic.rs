@@ -14,7 +14,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
@@ -47,9 +47,9 @@ pub struct MessagesRequest {
     stream: bool,
     /// Accepted: a thinking model's reasoning comes back as `thinking` blocks.
     #[allow(dead_code)]
-    thinking: Option<Value>,
+    thinking: Option<Map<String, Value>>,
     #[allow(dead_code)]
-    metadata: Option<Value>,
+    metadata: Option<Map<String, Value>>,
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
@@ -62,7 +62,7 @@ struct AnthropicMessage {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a string or a list of content blocks")]
 enum TextOrBlocks {
     Text(String),
     Blocks(Vec<Value>),
@@ -80,6 +80,7 @@ struct AnthropicTool {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object such as {\"type\": \"auto\"}")]
 struct AnthropicToolChoice {
     #[serde(rename = "type")]
     kind: String,

@@ -57,7 +57,7 @@ pub struct StreamOptions {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a string or a list of strings")]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
@@ -74,7 +74,7 @@ pub struct WireMessage {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a string or a list of content parts")]
 pub enum WireContent {
     Text(String),
     Parts(Vec<WirePart>),
@@ -120,7 +120,10 @@ pub struct WireFunction {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": …}}"
+)]
 pub enum WireToolChoice {
     Mode(String),
     Function {

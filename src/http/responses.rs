@@ -13,7 +13,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
@@ -61,15 +61,15 @@ pub struct ResponsesRequest {
     max_output_tokens: Option<u32>,
     temperature: Option<f32>,
     top_p: Option<f32>,
-    text: Option<Value>,
+    text: Option<Map<String, Value>>,
     #[serde(default)]
     stream: bool,
     store: Option<bool>,
     previous_response_id: Option<String>,
     /// Accepted: a thinking model's block comes back as a reasoning item.
     #[allow(dead_code)]
-    reasoning: Option<Value>,
-    metadata: Option<Value>,
+    reasoning: Option<Map<String, Value>>,
+    metadata: Option<Map<String, Value>>,
     #[allow(dead_code)]
     user: Option<String>,
     #[serde(default)]
@@ -446,7 +446,7 @@ async fn serve(
     let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, |wire: ResponsesRequest| {
         let store = wire.store.unwrap_or(true);
         let previous = wire.previous_response_id.clone();
-        let metadata = wire.metadata.clone().unwrap_or_else(|| json!({}));
+        let metadata = wire.metadata.clone().map_or_else(|| json!({}), Value::Object);
         let parallel = wire.parallel_tool_calls.unwrap_or(true);
         let (chat, items) = translate(wire, &app.responses)?;
         kept = Some((store, previous, metadata, parallel, items));

@@ -123,3 +123,21 @@ def test_the_sdk_raises_its_own_error_types(client):
     assert refused.value.status_code == 400
     models = client.models.list()
     assert models.data[0].id == "SmolLM2-135M-Instruct.Q4_1"
+
+
+# Every field of the request, each with a value of the wrong type.
+WRONG_TYPES = {
+    "model": 5, "max_tokens": "x", "messages": 5, "system": 5, "tools": 5, "tool_choice": 5, "stop_sequences": 5,
+    "temperature": "x", "top_p": "x", "top_k": "x", "stream": "x", "thinking": 5, "metadata": 5, "skills": 5,
+    "skills_discovery": "x",
+}
+
+
+@pytest.mark.parametrize("field", sorted(WRONG_TYPES))
+def test_each_field_of_the_wrong_type_is_a_400_naming_it(server, field):
+    body = {"model": MODEL, "max_tokens": 4, "messages": QUESTION, field: WRONG_TYPES[field]}
+    response = httpx.post(server.url + "/v1/messages", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", error
+    assert f"'{field}'" in error["error"]["message"] and "enum" not in error["error"]["message"], error

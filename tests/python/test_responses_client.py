@@ -98,3 +98,20 @@ def test_bad_input_is_a_400_in_openai_shape(server, change, message):
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and message in error["message"], error
+
+
+# Every field of the request, each with a value of the wrong type.
+WRONG_TYPES = {
+    "model": 5, "input": 5, "instructions": 5, "tools": 5, "tool_choice": 5, "parallel_tool_calls": "x",
+    "max_output_tokens": "x", "temperature": "x", "top_p": "x", "text": 5, "stream": "x", "store": "x",
+    "previous_response_id": 5, "reasoning": 5, "metadata": 5, "user": 5, "skills": 5, "skills_discovery": "x",
+}
+
+
+@pytest.mark.parametrize("field", sorted(WRONG_TYPES))
+def test_each_field_of_the_wrong_type_is_a_400_naming_it(server, field):
+    body = {"model": MODEL, "input": "hi", "max_output_tokens": 4, field: WRONG_TYPES[field]}
+    response = httpx.post(server.url + "/v1/responses", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and f"'{field}'" in error["message"], error
