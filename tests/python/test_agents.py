@@ -127,8 +127,7 @@ def test_codex_executes_a_shell_call_the_server_forced(greedy_server, tmp_path, 
     assert any(e.get("type") == "turn.completed" for e in events), events
 
 
-def test_claude_code_completes_a_turn(greedy_server, tmp_path, capsys):
-    server = greedy_server
+def run_claude(server, tmp_path, prompt, *options, headers=None):
     work = tmp_path / "work"
     work.mkdir()
     bridge = Bridge(server.url, tmp_path)
@@ -144,20 +143,46 @@ def test_claude_code_completes_a_turn(greedy_server, tmp_path, capsys):
         # Claude Code asks for 32,000 output tokens by default.
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256",
     }
+    if headers:
+        env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in headers.items())
     # Its default system prompt and tools are about 12,000 tokens, more than
     # the test server's context (they need --ctx-size 16384 and minutes of
     # prefill on two cores); a short prompt and one tool keep the round small.
-    command = [
-        agent("claude"), "-p", "Reply with one word: hello", "--output-format", "json", "--max-turns", "3",
-        "--system-prompt", CODEX_INSTRUCTIONS, "--tools", "Bash",
-    ]
+    command = [agent("claude"), "-p", prompt, "--system-prompt", CODEX_INSTRUCTIONS, "--tools", "Bash", *options]
     try:
         result = bridge.run(command, cwd=work, env=env, timeout=AGENT_TIMEOUT_S)
     finally:
         bridge.close()
+    return bridge, result
+
+
+def test_claude_code_completes_a_turn(greedy_server, tmp_path, capsys):
+    bridge, result = run_claude(
+        greedy_server, tmp_path, "Reply with one word: hello", "--output-format", "json", "--max-turns", "3"
+    )
     report(capsys, "claude", bridge, result)
-    assert result.returncode == 0, result.stdout + result.stderr + "".join(server.log[-20:])
+    assert result.returncode == 0, result.stdout + result.stderr + "".join(greedy_server.log[-20:])
     outcome = json.loads(result.stdout)
     assert outcome["is_error"] is False and outcome["result"].strip(), outcome
     assert outcome["usage"]["input_tokens"] + outcome["usage"]["cache_read_input_tokens"] > 100, outcome
     assert bridge.requests and all(line.startswith("POST /v1/messages") for line in bridge.requests), bridge.requests
+
+
+def test_claude_code_runs_a_tool_use_the_server_forced(greedy_server, tmp_path, capsys):
+    bridge, result = run_claude(
+        greedy_server, tmp_path, 'Use Bash with command "ls".', "--output-format", "stream-json", "--verbose",
+        "--max-turns", "2", "--allowedTools", "Bash", headers={"x-skillhost-tool-choice": "Bash"},
+    )
+    report(capsys, "claude", bridge, result)
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    blocks = [(e["type"], block) for e in events if e.get("type") in ("assistant", "user")
+              for block in e["message"]["content"] if isinstance(block, dict)]
+    uses = [block for kind, block in blocks if kind == "assistant" and block["type"] == "tool_use"]
+    results = [block for kind, block in blocks if kind == "user" and block["type"] == "tool_result"]
+    assert uses and uses[0]["name"] == "Bash" and "command" in uses[0]["input"], events
+    # Claude Code ran the command and sent its output back in the next request.
+    assert {r["tool_use_id"] for r in results} >= {uses[0]["id"]}, events
+    assert len(bridge.requests) >= 2, bridge.requests
+    # The small model keeps calling Bash, so the run may end at --max-turns.
+    outcome = events[-1]
+    assert outcome["type"] == "result" and outcome["subtype"] in ("success", "error_max_turns"), outcome
