@@ -231,7 +231,7 @@ fn tool_call(index: usize, call_index: usize, call: WireToolCall) -> Result<Tool
     Ok(ToolCall { id: call.id.unwrap_or_default(), name: call.function.name, arguments })
 }
 
-fn is_valid_tool_name(name: &str) -> bool {
+pub fn is_valid_tool_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_TOOL_NAME_LEN
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')

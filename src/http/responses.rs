@@ -5,7 +5,7 @@
 //! one stream core. Recent responses are kept in a bounded store so a
 //! follow-up can name its predecessor with `previous_response_id`.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,13 +15,13 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use skillhost_actors::{ChatFinish, Usage};
-use skillhost_engine::{Timings, ToolCall};
+use skillhost_engine::{schema_limits, Timings, ToolCall};
 
 use crate::http::chat::guarded;
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{
-    ChatCompletionRequest, Spelling, WireContent, WireFunction, WireFunctionCall, WireJsonSchema, WireMessage,
-    WireNamed, WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
+    is_valid_tool_name, ChatCompletionRequest, Spelling, WireContent, WireFunction, WireFunctionCall, WireJsonSchema,
+    WireMessage, WireNamed, WireResponseFormat, WireTool, WireToolCall, WireToolChoice, MAX_TOOL_NAME_LEN,
 };
 use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
 use crate::http::AppState;
@@ -156,10 +156,15 @@ fn messages_from_items(items: &[Value]) -> Result<Vec<WireMessage>, ApiError> {
                 ) else {
                     return Err(ApiError::bad_param(&at, format!("'{at}' (function_call) needs a 'call_id' and a 'name'")));
                 };
+                // A namespace's function is known to the model by its qualified name.
+                let name = match item.get("namespace").and_then(Value::as_str) {
+                    Some(namespace) => qualified(namespace, name),
+                    None => name.to_string(),
+                };
                 let call = WireToolCall {
                     id: Some(call_id.to_string()),
                     kind: Some("function".into()),
-                    function: WireFunctionCall { name: name.to_string(), arguments: item.get("arguments").cloned() },
+                    function: WireFunctionCall { name, arguments: item.get("arguments").cloned() },
                 };
                 match messages.last_mut() {
                     Some(last) if last.role == "assistant" && last.tool_calls.is_some() => {
@@ -216,8 +221,108 @@ fn input_items(input: Option<Value>) -> Result<Vec<Value>, ApiError> {
     }
 }
 
-/// The Responses request as the chat request, and the items it continues.
-fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletionRequest, Vec<Value>), ApiError> {
+/// The functions of tool namespaces by the name the model sees them under
+/// (`namespace__function`), with the namespace and function they came from.
+type Namespaced = HashMap<String, (String, String)>;
+
+const NAMESPACE_SEPARATOR: &str = "__";
+
+fn qualified(namespace: &str, name: &str) -> String {
+    format!("{namespace}{NAMESPACE_SEPARATOR}{name}")
+}
+
+/// One function tool, from `tools[…]` or a namespace's `tools[…]` (`at`).
+fn function_tool(tool: &Value, at: &str, name: String) -> Result<WireTool, ApiError> {
+    let parameters = tool.get("parameters").cloned();
+    if let Some(schema) = &parameters {
+        // Checked here, as the validator would, so the error names this path.
+        let field = format!("{at}.parameters");
+        if !schema.is_object() && !schema.is_null() {
+            return Err(ApiError::bad_param(&field, format!("{field} must be a JSON Schema object")));
+        }
+        schema_limits::check(schema).map_err(|why| ApiError::bad_param(&field, format!("{field} {why}")))?;
+    }
+    Ok(WireTool {
+        kind: "function".into(),
+        function: WireFunction {
+            name,
+            description: tool.get("description").and_then(Value::as_str).map(str::to_string),
+            parameters,
+        },
+    })
+}
+
+/// The request's tools as function tools: its own function tools keep their
+/// places (so the validator's errors name them right), and the functions
+/// of tool namespaces follow under qualified names.
+fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiError> {
+    let mut functions = Vec::new();
+    let mut from_namespaces = Vec::new();
+    let mut namespaced = Namespaced::new();
+    for (n, tool) in tools.iter().enumerate() {
+        let at = format!("tools[{n}]");
+        let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
+        let name = tool.get("name").and_then(Value::as_str);
+        match kind {
+            "function" => {
+                let name = name.ok_or_else(|| ApiError::bad_param(&format!("{at}.name"), format!("'{at}' needs a 'name'")))?;
+                functions.push(function_tool(tool, &at, name.to_string())?);
+            }
+            "namespace" => {
+                let Some(namespace) = name else {
+                    return Err(ApiError::bad_param(&format!("{at}.name"), format!("'{at}' (namespace) needs a 'name'")));
+                };
+                let Some(members) = tool.get("tools").and_then(Value::as_array) else {
+                    return Err(ApiError::bad_param(&format!("{at}.tools"), format!("'{at}' (namespace) needs a list of 'tools'")));
+                };
+                for (m, member) in members.iter().enumerate() {
+                    let at = format!("{at}.tools[{m}]");
+                    let member_kind = member.get("type").and_then(Value::as_str).unwrap_or_default();
+                    if member_kind != "function" {
+                        return Err(ApiError::bad_param(
+                            &at,
+                            format!("'{at}' is a '{member_kind}' tool; a namespace here may hold function tools only"),
+                        ));
+                    }
+                    let Some(function) = member.get("name").and_then(Value::as_str) else {
+                        return Err(ApiError::bad_param(&format!("{at}.name"), format!("'{at}' needs a 'name'")));
+                    };
+                    let name = qualified(namespace, function);
+                    if !is_valid_tool_name(&name) {
+                        return Err(ApiError::bad_param(
+                            &format!("{at}.name"),
+                            format!("'{namespace}' and '{function}' make the tool name '{name}', which must be 1 to {MAX_TOOL_NAME_LEN} letters, digits, '_' or '-'"),
+                        ));
+                    }
+                    from_namespaces.push(function_tool(member, &at, name.clone())?);
+                    namespaced.insert(name, (namespace.to_string(), function.to_string()));
+                }
+            }
+            // Codex sends it by default; its settings turn it off.
+            "web_search" => {
+                return Err(ApiError::bad_param(
+                    &at,
+                    format!("'{at}' is the built-in tool 'web_search', which this server does not run; declare a function tool instead (in Codex: web_search = \"disabled\")"),
+                ))
+            }
+            other => {
+                return Err(ApiError::bad_param(
+                    &at,
+                    format!("'{at}' is the built-in tool '{other}', which this server does not run; declare a function tool instead"),
+                ))
+            }
+        }
+    }
+    functions.extend(from_namespaces);
+    Ok((functions, namespaced))
+}
+
+/// The Responses request as the chat request, the items it continues, and
+/// the functions that came from tool namespaces.
+fn translate(
+    request: ResponsesRequest,
+    store: &Store,
+) -> Result<(ChatCompletionRequest, Vec<Value>, Namespaced), ApiError> {
     let mut items = match &request.previous_response_id {
         Some(id) => store.get(id).ok_or_else(|| {
             ApiError::bad_param(
@@ -236,46 +341,12 @@ fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletion
         messages.push(text_message("system", instructions));
     }
     messages.extend(messages_from_items(&items)?);
-    let tools = match request.tools {
-        None => None,
-        Some(tools) => Some(
-            tools
-                .into_iter()
-                .enumerate()
-                .map(|(n, tool)| {
-                    let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
-                    // Codex sends both by default; its settings turn them off.
-                    let hint = match kind.as_str() {
-                        "web_search" => " (in Codex: web_search = \"disabled\")",
-                        "namespace" => " (in Codex: [agents] enabled = false)",
-                        _ => "",
-                    };
-                    if kind == "namespace" {
-                        return Err(ApiError::bad_param(
-                            &format!("tools[{n}]"),
-                            format!("'tools[{n}]' is a tool namespace, which this server does not take; declare its functions as function tools{hint}"),
-                        ));
-                    }
-                    if kind != "function" {
-                        return Err(ApiError::bad_param(
-                            &format!("tools[{n}]"),
-                            format!("'tools[{n}]' is the built-in tool '{kind}', which this server does not run; declare a function tool instead{hint}"),
-                        ));
-                    }
-                    let name = tool.get("name").and_then(Value::as_str).ok_or_else(|| {
-                        ApiError::bad_param(&format!("tools[{n}].name"), format!("'tools[{n}]' needs a 'name'"))
-                    })?;
-                    Ok(WireTool {
-                        kind,
-                        function: WireFunction {
-                            name: name.to_string(),
-                            description: tool.get("description").and_then(Value::as_str).map(str::to_string),
-                            parameters: tool.get("parameters").cloned(),
-                        },
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
+    let (tools, namespaced) = match request.tools {
+        None => (None, Namespaced::new()),
+        Some(tools) => {
+            let (tools, namespaced) = function_tools(tools)?;
+            (Some(tools), namespaced)
+        }
     };
     let tool_choice = match request.tool_choice {
         None => None,
@@ -326,7 +397,7 @@ fn translate(request: ResponsesRequest, store: &Store) -> Result<(ChatCompletion
         skills_discovery: request.skills_discovery,
         ..ChatCompletionRequest::default()
     };
-    Ok((wire, items))
+    Ok((wire, items, namespaced))
 }
 
 /// The Responses API's budget is `max_output_tokens`, its function tools
@@ -357,6 +428,7 @@ struct Draft {
     previous_response_id: Option<String>,
     metadata: Value,
     parallel_tool_calls: bool,
+    namespaced: Namespaced,
     output: Vec<Value>,
 }
 
@@ -405,15 +477,20 @@ fn message_item(text: &str) -> Value {
     })
 }
 
-fn call_item(call: &ToolCall) -> Value {
-    json!({
+fn call_item(call: &ToolCall, namespaced: &Namespaced) -> Value {
+    let mut item = json!({
         "type": "function_call",
         "id": new_id("fc"),
         "call_id": call.id,
         "name": call.name,
         "arguments": call.arguments,
         "status": "completed",
-    })
+    });
+    if let Some((namespace, function)) = namespaced.get(&call.name) {
+        item["name"] = Value::String(function.clone());
+        item["namespace"] = Value::String(namespace.clone());
+    }
+    item
 }
 
 fn reasoning_item(text: &str) -> Value {
@@ -448,12 +525,12 @@ async fn serve(
         let previous = wire.previous_response_id.clone();
         let metadata = wire.metadata.clone().map_or_else(|| json!({}), Value::Object);
         let parallel = wire.parallel_tool_calls.unwrap_or(true);
-        let (chat, items) = translate(wire, &app.responses)?;
-        kept = Some((store, previous, metadata, parallel, items));
+        let (chat, items, namespaced) = translate(wire, &app.responses)?;
+        kept = Some((store, previous, metadata, parallel, items, namespaced));
         Ok(chat)
     })
     .await?;
-    let Some((store, previous_response_id, metadata, parallel_tool_calls, items)) = kept else {
+    let Some((store, previous_response_id, metadata, parallel_tool_calls, items, namespaced)) = kept else {
         return Err(ApiError::Internal("the request was not read".into()));
     };
     let mut draft = Draft {
@@ -466,6 +543,7 @@ async fn serve(
         previous_response_id,
         metadata,
         parallel_tool_calls,
+        namespaced,
         output: Vec::new(),
     };
     if stream {
@@ -479,7 +557,7 @@ async fn serve(
     if !done.text.is_empty() || done.calls.is_empty() {
         draft.output.push(message_item(&done.text));
     }
-    draft.output.extend(done.calls.iter().map(call_item));
+    draft.output.extend(done.calls.iter().map(|call| call_item(call, &draft.namespaced)));
     draft.keep();
     Ok(HttpResponse::Ok().json(draft.response("completed", Some((done.finish, &done.usage, &done.timings)))))
 }
@@ -600,7 +678,7 @@ impl Encoder for ResponsesEncoder {
         self.close(&mut frames);
         for call in calls {
             let index = self.draft.output.len();
-            let item = call_item(call);
+            let item = call_item(call, &self.draft.namespaced);
             let id = item["id"].clone();
             let mut added = item.clone();
             added["arguments"] = Value::String(String::new());

@@ -624,3 +624,62 @@ async fn a_skills_request_on_the_responses_and_messages_routes_runs_its_rounds_i
         assert_eq!(state.metrics.skill_steps.with_label_values(&["skills_read", "true"]).get(), 1, "{uri}");
     }
 }
+
+#[actix_web::test]
+async fn a_tool_namespace_is_offered_under_qualified_names_and_answered_in_its_own_terms() {
+    let call = "<tool_call>\n{\"name\": \"crm__lookup\", \"arguments\": {\"id\": \"7\"}}\n</tool_call>";
+    let backend =
+        Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, vec![call.into(), "Found.".into()]).unwrap());
+    let app =
+        test::init_service(App::new().app_data(state_with(backend.clone(), false).await).configure(configure)).await;
+    let lookup = json!({"type": "function", "name": "lookup", "description": "Find a customer.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}});
+    let tools =
+        json!([{"type": "namespace", "name": "crm", "description": "The customer records.", "tools": [lookup]}]);
+    let first = json!({"input": "Who is customer 7?", "tools": tools, "tool_choice": "required"});
+    let request = test::TestRequest::post().uri("/v1/responses").set_json(&first).to_request();
+    let reply: Value = test::call_and_read_body_json(&app, request).await;
+    let item = &reply["output"][0];
+    assert_eq!(
+        (item["type"].as_str(), item["name"].as_str(), item["namespace"].as_str()),
+        (Some("function_call"), Some("lookup"), Some("crm")),
+        "{reply}"
+    );
+    assert!(backend.prompts()[0].contains("crm__lookup"));
+    // The client answers the call as it was given: by namespace and name.
+    let followup = json!({
+        "input": [
+            {"type": "message", "role": "user", "content": "Who is customer 7?"},
+            {"type": "function_call", "call_id": item["call_id"], "namespace": "crm", "name": "lookup", "arguments": "{\"id\": \"7\"}"},
+            {"type": "function_call_output", "call_id": item["call_id"], "output": "Ada"},
+        ],
+        "tools": tools,
+    });
+    let request = test::TestRequest::post().uri("/v1/responses").set_json(&followup).to_request();
+    let reply: Value = test::call_and_read_body_json(&app, request).await;
+    assert_eq!(reply["output"][0]["content"][0]["text"], "Found.", "{reply}");
+    let prompt = &backend.prompts()[1];
+    assert!(prompt.contains("crm__lookup") && prompt.contains("Ada"), "{prompt}");
+    // Bad namespaces are refused, naming the path inside them.
+    let cases = [
+        (json!([{"type": "namespace", "tools": []}]), "'tools[0]' (namespace) needs a 'name'"),
+        (json!([{"type": "namespace", "name": "crm"}]), "needs a list of 'tools'"),
+        (
+            json!([{"type": "namespace", "name": "crm", "tools": [{"type": "custom", "name": "x"}]}]),
+            "'tools[0].tools[0]' is a 'custom' tool",
+        ),
+        (json!([{"type": "namespace", "name": "c".repeat(60), "tools": [lookup]}]), "which must be 1 to 64"),
+        (
+            json!([{"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "f", "parameters": 3}]}]),
+            "tools[0].tools[0].parameters must be a JSON Schema object",
+        ),
+    ];
+    for (tools, expected) in cases {
+        let body = json!({"input": "x", "tools": tools});
+        let response =
+            test::call_service(&app, test::TestRequest::post().uri("/v1/responses").set_json(&body).to_request()).await;
+        assert_eq!(response.status().as_u16(), 400, "{body}");
+        let error: Value = test::read_body_json(response).await;
+        assert!(error_text(&error).contains(expected), "{body} → {error}");
+    }
+}

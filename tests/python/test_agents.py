@@ -48,15 +48,14 @@ def codex_home(folder, url, headers=None):
     if headers:
         pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items())
         provider_headers = f"http_headers = {{ {pairs} }}\n"
-    # web_search and sub-agents are off: this server refuses built-in tools
-    # it cannot run, and Codex's sub-agent tools come as a tool namespace.
+    # web_search is off: this server refuses built-in tools it cannot run.
+    # Codex's sub-agent tools stay on; they arrive as a tool namespace.
     (home / "config.toml").write_text(
         f'model = "{MODEL}"\n'
         'model_provider = "skillhost"\n'
         'web_search = "disabled"\n'
         f'model_instructions_file = "{home / "instructions.md"}"\n'
         "[features]\ngoals = false\n"
-        "[agents]\nenabled = false\n"
         "[model_providers.skillhost]\n"
         'name = "skillhost"\n'
         f'base_url = "{url}/v1"\n'

@@ -83,7 +83,8 @@ def test_a_function_call_round_trip(client):
         ({"input": 5}, "'input' must be a string or a list"),
         ({"previous_response_id": "resp_unknown"}, "no stored response has the id 'resp_unknown'"),
         ({"tools": [{"type": "web_search"}]}, "built-in tool 'web_search'"),
-        ({"tools": [{"type": "namespace", "name": "crm", "description": "x", "tools": []}]}, "a tool namespace"),
+        ({"tools": [{"type": "namespace", "name": "crm", "description": "x", "tools": [{"type": "custom", "name": "x"}]}]},
+         "function tools only"),
         ({"max_output_tokens": 0}, "'max_output_tokens' must be at least 1"),
         ({"tools": [{"type": "function", "name": "w", "parameters": []}]}, "tools[0].parameters must be"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "'input[0].type' is 'item_reference'"),
@@ -115,3 +116,21 @@ def test_each_field_of_the_wrong_type_is_a_400_naming_it(server, field):
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and f"'{field}'" in error["message"], error
+
+
+def test_a_namespaced_function_call_round_trip(client):
+    crm = {"type": "namespace", "name": "crm", "description": "Customer records.", "tools": [
+        {"type": "function", "name": "lookup", "description": "Find a customer by id.",
+         "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}},
+    ]}
+    first = client.responses.create(
+        model=MODEL, input="Who is customer 7?", tools=[crm], tool_choice="required", parallel_tool_calls=False,
+        max_output_tokens=48, temperature=0,
+    )
+    call = next(item for item in first.output if item.type == "function_call")
+    assert (call.namespace, call.name) == ("crm", "lookup"), call
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "Ada Lovelace"}
+    followed = client.responses.create(
+        model=MODEL, previous_response_id=first.id, input=[result], tools=[crm], max_output_tokens=16, temperature=0,
+    )
+    assert followed.output and followed.usage.input_tokens > first.usage.input_tokens
