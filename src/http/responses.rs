@@ -714,6 +714,24 @@ impl Encoder for ResponsesEncoder {
         let data = json!({"type": "error", "code": err.kind(), "message": err.to_string(), "param": null, "sequence_number": 0});
         Bytes::from(format!("event: error\ndata: {data}\n\n"))
     }
+
+    /// `error`, then `response.failed` with the items so far: clients end
+    /// a turn on `response.completed` or `response.failed`.
+    fn failed(&mut self, err: &ApiError) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.close(&mut frames);
+        frames.push(self.event("error", json!({"code": err.kind(), "message": err.to_string(), "param": null})));
+        let mut response = self.draft.response("failed", None);
+        // The Responses API's codes for a failed response.
+        let code = match err {
+            ApiError::BadRequest { .. } => "invalid_prompt",
+            ApiError::Overloaded(_) | ApiError::Unavailable(_) => "rate_limit_exceeded",
+            _ => "server_error",
+        };
+        response["error"] = json!({"code": code, "message": err.to_string()});
+        frames.push(self.event("response.failed", json!({"response": response})));
+        frames
+    }
 }
 
 #[cfg(test)]

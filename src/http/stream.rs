@@ -114,6 +114,13 @@ pub trait Encoder: Send + 'static {
     fn error_frame(err: &ApiError) -> Bytes
     where
         Self: Sized;
+    /// The last frames of a request that failed after its stream started.
+    fn failed(&mut self, err: &ApiError) -> Vec<Bytes>
+    where
+        Self: Sized,
+    {
+        vec![Self::error_frame(err)]
+    }
     /// A frame sent after this long without one, for surfaces whose
     /// clients or proxies drop quiet connections.
     fn keep_alive(&self) -> Option<(Duration, Bytes)> {
@@ -183,7 +190,8 @@ impl<E: Encoder> Core<E> {
     /// Errors after the stream started are its last frame.
     fn fail(&mut self, err: &ApiError) {
         self.app.metrics.errors.with_label_values(&[err.kind()]).inc();
-        self.pending.push_back(E::error_frame(err));
+        let frames = self.encoder.failed(err);
+        self.pending.extend(frames);
         self.done = true;
     }
 }

@@ -683,3 +683,24 @@ async fn a_tool_namespace_is_offered_under_qualified_names_and_answered_in_its_o
         assert!(error_text(&error).contains(expected), "{body} → {error}");
     }
 }
+
+#[actix_web::test]
+async fn a_responses_stream_that_fails_midway_ends_with_error_and_response_failed() {
+    // Round 2 has no scripted output: the engine fails after the stream started.
+    let outputs = skill_round_trip().into_iter().take(1).collect();
+    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let app = test::init_service(App::new().app_data(state_with(backend, true).await).configure(configure)).await;
+    let body = json!({"input": "Write the meeting notes.", "skills": ["notes"], "stream": true});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/responses").set_json(body).to_request()).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let events = named_events(&test::read_body(response).await);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[names.len() - 2..], ["error", "response.failed"], "{names:?}");
+    let numbers: Vec<u64> = events.iter().map(|(_, d)| d["sequence_number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (0..names.len() as u64).collect::<Vec<_>>());
+    let failed = &events.last().unwrap().1["response"];
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["error"]["code"], "server_error");
+    assert!(failed["error"]["message"].as_str().unwrap().contains("no more outputs"), "{failed}");
+}
