@@ -232,10 +232,18 @@ fn qualified(namespace: &str, name: &str) -> String {
 }
 
 /// One function tool, from `tools[…]` or a namespace's `tools[…]` (`at`).
+/// Its name and parameters are checked here, as the validator would check
+/// them, because namespaces move tools in the flattened list: an error
+/// names the path the client sent.
 fn function_tool(tool: &Value, at: &str, name: String) -> Result<WireTool, ApiError> {
+    if !is_valid_tool_name(&name) {
+        return Err(ApiError::bad_param(
+            &format!("{at}.name"),
+            format!("{at}.name '{name}' must be 1 to {MAX_TOOL_NAME_LEN} letters, digits, '_' or '-'"),
+        ));
+    }
     let parameters = tool.get("parameters").cloned();
     if let Some(schema) = &parameters {
-        // Checked here, as the validator would, so the error names this path.
         let field = format!("{at}.parameters");
         if !schema.is_object() && !schema.is_null() {
             return Err(ApiError::bad_param(&field, format!("{field} must be a JSON Schema object")));
@@ -252,9 +260,8 @@ fn function_tool(tool: &Value, at: &str, name: String) -> Result<WireTool, ApiEr
     })
 }
 
-/// The request's tools as function tools: its own function tools keep their
-/// places (so the validator's errors name them right), and the functions
-/// of tool namespaces follow under qualified names.
+/// The request's tools as function tools: its own function tools first,
+/// then the functions of tool namespaces under qualified names.
 fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiError> {
     let mut functions = Vec::new();
     let mut from_namespaces = Vec::new();
@@ -750,6 +757,44 @@ mod tests {
         store.put("resp_last".into(), Vec::new());
         assert_eq!(store.get("resp_0"), None);
         assert!(store.get("resp_1").is_some() && store.get("resp_last").is_some());
+    }
+
+    #[test]
+    fn a_namespaced_name_may_be_as_long_as_a_tool_name_and_no_longer() {
+        let namespace = |name: String| {
+            vec![json!({"type": "namespace", "name": name, "tools": [{"type": "function", "name": "lookup"}]})]
+        };
+        // "__lookup" is 8 characters.
+        let longest = "n".repeat(MAX_TOOL_NAME_LEN - 8);
+        let (tools, namespaced) = function_tools(namespace(longest.clone())).unwrap();
+        assert_eq!(tools[0].function.name.len(), MAX_TOOL_NAME_LEN);
+        assert_eq!(namespaced[&tools[0].function.name], (longest, "lookup".to_string()));
+        let err = function_tools(namespace("n".repeat(MAX_TOOL_NAME_LEN - 7))).unwrap_err();
+        assert!(err.to_string().contains("must be 1 to 64"), "{err}");
+    }
+
+    #[test]
+    fn a_namespace_moves_no_error_off_the_path_the_client_sent() {
+        let tools = vec![
+            json!({"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "lookup"}]}),
+            json!({"type": "function", "name": "weather"}),
+        ];
+        let (tools, _) = function_tools(tools).unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
+        assert_eq!(names, ["weather", "crm__lookup"]);
+        // `weather` is the second tool sent, wherever the flattening put it.
+        let bad = vec![
+            json!({"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "lookup"}]}),
+            json!({"type": "function", "name": "weather", "parameters": []}),
+        ];
+        let err = function_tools(bad).unwrap_err().to_string();
+        assert!(err.contains("tools[1].parameters must be a JSON Schema object"), "{err}");
+        let bad = vec![
+            json!({"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "lookup"}]}),
+            json!({"type": "function", "name": "a b"}),
+        ];
+        let err = function_tools(bad).unwrap_err().to_string();
+        assert!(err.contains("tools[1].name 'a b'"), "{err}");
     }
 
     #[test]
