@@ -144,9 +144,9 @@ def run_claude(server, tmp_path, prompt, *options, headers=None):
     }
     if headers:
         env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in headers.items())
-    # Its default system prompt and tools are about 12,000 tokens, more than
-    # the test server's context (they need --ctx-size 16384 and minutes of
-    # prefill on two cores); a short prompt and one tool keep the round small.
+    # Its default system prompt and tools are 12,000 tokens or more, past the
+    # test server's context (they need a larger one and minutes of prefill on
+    # two cores); a short prompt and one tool keep the round small.
     command = [agent("claude"), "-p", prompt, "--system-prompt", CODEX_INSTRUCTIONS, "--tools", "Bash", *options]
     try:
         result = bridge.run(command, cwd=work, env=env, timeout=AGENT_TIMEOUT_S)
