@@ -48,14 +48,7 @@ pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
     let wire: R = read_json(request, payload).await?;
     let info = ready_model(state)?;
     let mut translated = translate(wire)?;
-    if let Some(choice) = header_tool_choice(request)? {
-        // Only a turn's first round: a later request carries the results of
-        // the calls the header asked for, and forcing again would loop.
-        let latest = translated.messages.iter().rev().find(|message| message.role != "system");
-        if latest.is_some_and(|message| message.role == "user") {
-            translated.tool_choice = Some(choice);
-        }
-    }
+    apply_tool_choice_header(request, &mut translated)?;
     let validated = translated.validate_as(&info.id, spelling)?;
     let (chat, peer) = start(state, request, validated.request).await?;
     Ok(Begun { chat, peer, info, stream: validated.stream, include_usage: validated.include_usage })
@@ -66,6 +59,23 @@ pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
 /// Code): `none`, `auto`, `required` or a function's name. Their settings
 /// can add a header to every request they send.
 pub const TOOL_CHOICE_HEADER: &str = "x-skillhost-tool-choice";
+
+/// Sets the request's `tool_choice` from [`TOOL_CHOICE_HEADER`], on every
+/// chat route, when the turn is at its first round.
+pub fn apply_tool_choice_header(
+    request: &actix_web::HttpRequest,
+    chat: &mut ChatCompletionRequest,
+) -> Result<(), ApiError> {
+    if let Some(choice) = header_tool_choice(request)? {
+        // Only a turn's first round: a later request carries the results of
+        // the calls the header asked for, and forcing again would loop.
+        let latest = chat.messages.iter().rev().find(|message| message.role != "system");
+        if latest.is_some_and(|message| message.role == "user") {
+            chat.tool_choice = Some(choice);
+        }
+    }
+    Ok(())
+}
 
 fn header_tool_choice(request: &actix_web::HttpRequest) -> Result<Option<WireToolChoice>, ApiError> {
     let Some(value) = request.headers().get(TOOL_CHOICE_HEADER) else { return Ok(None) };

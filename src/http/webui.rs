@@ -18,7 +18,7 @@ use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
     WireMessage, WireToolChoice,
 };
-use crate::http::stream::{event_stream, sse_response, Encoder, Finish};
+use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Finish};
 use crate::http::AppState;
 
 /// A comment frame goes out after this long without any other, so proxies
@@ -151,7 +151,7 @@ async fn start_chat(
     let given = conversation_id(web_request.conversation_id)?;
     let conversation = state.server.conversations().resume_or_start(given.as_deref());
     let new_conversation = given.as_deref() != Some(conversation.as_str());
-    let wire = ChatCompletionRequest {
+    let mut wire = ChatCompletionRequest {
         messages: web_request.messages,
         skills: web_request.skills,
         skills_discovery: web_request.skills_discovery,
@@ -160,6 +160,7 @@ async fn start_chat(
         tool_choice: web_request.tool_choice,
         ..ChatCompletionRequest::default()
     };
+    apply_tool_choice_header(request, &mut wire)?;
     let mut validated = wire.validate_as(&info.id, &SPELLING)?;
     validated.request.conversation = Some(conversation.clone());
     let (chat, peer) = start(state, request, validated.request).await?;

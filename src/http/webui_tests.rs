@@ -549,6 +549,20 @@ async fn the_tool_choice_header_holds_only_a_turns_first_round() {
     let reply: Value = test::call_and_read_body_json(&app, request).await;
     assert_eq!(reply["output"][0]["type"], "message", "{reply}");
     assert_eq!(backend.forced_calls(), [true, false]);
+    // The Web UI's route reads it too: with no tools to choose from, a
+    // required call is refused before anything runs.
+    let body = json!({"messages": [{"role": "user", "content": "x"}]});
+    let request = test::TestRequest::post()
+        .uri("/api/chat")
+        .insert_header((crate::http::stream::TOOL_CHOICE_HEADER, "required"))
+        .set_json(&body)
+        .to_request();
+    let response = test::call_service(&app, request).await;
+    let status = response.status().as_u16();
+    let error: Value = test::read_body_json(response).await;
+    assert_eq!(status, 400, "{error}");
+    assert!(error_text(&error).contains("required"), "{error}");
+    assert_eq!(backend.forced_calls(), [true, false]);
     // A value the header cannot hold is refused with a sentence.
     let request = test::TestRequest::post()
         .uri("/v1/responses")
