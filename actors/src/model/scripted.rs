@@ -18,16 +18,20 @@ use super::backend::{CountFuture, ModelBackend, SubmitFuture};
 /// Bytes per streamed piece, small enough to split markup across pieces.
 const PIECE_BYTES: usize = 7;
 
+/// What the loop asked of the model, one prompt at a time.
+struct Submission {
+    prompt: String,
+    temperature: f32,
+    /// The grammar held the output to a call from the first token (a
+    /// forced tool choice).
+    forced: bool,
+}
+
 pub struct ScriptedBackend {
     info: Arc<ModelInfo>,
     stats: Arc<EngineStats>,
     outputs: Mutex<VecDeque<String>>,
-    prompts: Mutex<Vec<String>>,
-    /// For each prompt, whether its grammar held the output to a call from
-    /// the first token (a forced tool choice).
-    forced: Mutex<Vec<bool>>,
-    /// For each prompt, the temperature it was sampled at.
-    temperatures: Mutex<Vec<f32>>,
+    submitted: Mutex<Vec<Submission>>,
     /// Refuse prompts longer than the context (four bytes a token), as the
     /// engine does.
     limit_context: bool,
@@ -53,9 +57,7 @@ impl ScriptedBackend {
             info: Arc::new(info),
             stats: Arc::new(EngineStats::default()),
             outputs: Mutex::new(outputs.into()),
-            prompts: Mutex::new(Vec::new()),
-            forced: Mutex::new(Vec::new()),
-            temperatures: Mutex::new(Vec::new()),
+            submitted: Mutex::new(Vec::new()),
             limit_context: false,
         })
     }
@@ -68,17 +70,21 @@ impl ScriptedBackend {
 
     /// Every prompt submitted so far, in order.
     pub fn prompts(&self) -> Vec<String> {
-        self.prompts.lock().map(|p| p.clone()).unwrap_or_default()
+        self.each(|s| s.prompt.clone())
     }
 
     /// For each prompt so far, the temperature it was sampled at.
     pub fn temperatures(&self) -> Vec<f32> {
-        self.temperatures.lock().map(|t| t.clone()).unwrap_or_default()
+        self.each(|s| s.temperature)
     }
 
     /// For each prompt so far, whether a tool call was forced.
     pub fn forced_calls(&self) -> Vec<bool> {
-        self.forced.lock().map(|f| f.clone()).unwrap_or_default()
+        self.each(|s| s.forced)
+    }
+
+    fn each<T>(&self, field: impl Fn(&Submission) -> T) -> Vec<T> {
+        self.submitted.lock().map(|all| all.iter().map(field).collect()).unwrap_or_default()
     }
 }
 
@@ -105,14 +111,12 @@ impl ModelBackend for ScriptedBackend {
             return Box::pin(async move { Err(EngineError::PromptTooLong { n_prompt, n_ctx }) });
         }
         let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
-        if let Ok(mut prompts) = self.prompts.lock() {
-            prompts.push(request.prompt);
-        }
-        if let Ok(mut temperatures) = self.temperatures.lock() {
-            temperatures.push(request.sampling.temperature);
-        }
-        if let Ok(mut forced) = self.forced.lock() {
-            forced.push(request.grammar.as_ref().is_some_and(|grammar| grammar.trigger.is_none()));
+        if let Ok(mut submitted) = self.submitted.lock() {
+            submitted.push(Submission {
+                forced: request.grammar.as_ref().is_some_and(|grammar| grammar.trigger.is_none()),
+                temperature: request.sampling.temperature,
+                prompt: request.prompt,
+            });
         }
         Box::pin(async move {
             let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
