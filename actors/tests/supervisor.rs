@@ -14,7 +14,7 @@ use skillhost_engine::{ChatMessage, EngineConfig, Role, SamplingParams};
 fn config() -> EngineConfig {
     let model_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model_path.exists(), "{} is missing: run `make model`", model_path.display());
-    EngineConfig { model_path, n_ctx: Some(2048), n_parallel: 2, n_threads: None }
+    EngineConfig { model_path, n_ctx: Some(2048), n_parallel: 2, n_threads: None, ..Default::default() }
 }
 
 fn request(text: &str, max_tokens: u32) -> ChatRequest {

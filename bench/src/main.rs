@@ -20,9 +20,13 @@
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
 //! drift in the machine's speed hits both alike.
+//!
+//! Last, skillhost against llama.cpp's llama-server on the same settings
+//! (see `baseline`): prefill, streams, a shared system prompt and a restart.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
+mod baseline;
 mod exec;
 mod huge;
 mod skills;
@@ -152,15 +156,19 @@ impl ServerProcess {
         // The server binary sits next to this one, wherever cargo put both.
         let binary = std::env::current_exe().expect("own path").with_file_name("skillhost");
         assert!(binary.exists(), "build the server first: cargo build --release");
-        let mut child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        command
             .args(["serve", "--model", MODEL, "--port", "0", "--parallel", &N_PARALLEL.to_string()])
             .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
             .args(extra)
-            .env("RUST_LOG", "warn,skillhost=info")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start skillhost");
+            .env("RUST_LOG", "warn,skillhost=info");
+        Self::spawn(command)
+    }
+
+    /// Starts a server that logs `listening on URL` to stderr and answers
+    /// `GET /health` once ready (skillhost and llama-server both do).
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("start skillhost");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
         let url = loop {
@@ -200,6 +208,11 @@ struct StreamRun {
 }
 
 fn stream(url: &str, messages: Value) -> StreamRun {
+    stream_with(url, messages, None)
+}
+
+/// [`stream`], telling `generating` when the first content arrives.
+fn stream_with(url: &str, messages: Value, generating: Option<std::sync::mpsc::Sender<()>>) -> StreamRun {
     // The client shares this machine's cores with the server only because
     // this is a benchmark; as batch work its wakeups do not preempt decoding,
     // as they would not from another machine.
@@ -221,6 +234,11 @@ fn stream(url: &str, messages: Value) -> StreamRun {
         let chunk: Value = serde_json::from_str(data).expect("chunk");
         let now = Instant::now();
         if chunk["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty()) {
+            if first.is_none() {
+                if let Some(generating) = &generating {
+                    let _ = generating.send(());
+                }
+            }
             first.get_or_insert(now);
             last = Some(now);
         }
@@ -271,8 +289,8 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `webui`, `model` or `huge` (row 5
-    // alone) runs one part.
+    // `skillhost-bench skills`, `exec`, `webui`, `model`, `baseline` or
+    // `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if only.as_deref() == Some("huge") {
@@ -291,7 +309,7 @@ fn main() {
         exec::run();
         println!();
     }
-    if !wanted("model") && !wanted("webui") {
+    if !wanted("model") && !wanted("webui") && !wanted("baseline") {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
@@ -303,10 +321,46 @@ fn main() {
         webui::run(&server.url);
         println!();
     }
-    if !wanted("model") {
-        return;
+    if wanted("model") {
+        model_table(threads);
     }
+    if wanted("baseline") {
+        let binary = llama_server();
+        eprintln!(
+            "llama.cpp: ours from llama-cpp-sys-2 {}, llama-server's from {}",
+            llama_cpp_sys_version(),
+            binary.display()
+        );
+        baseline::run(binary, threads);
+    }
+}
 
+/// llama-server: `LLAMA_SERVER`, else the one `scripts/build-llama-server.sh`
+/// builds (once) or finds in its cache.
+fn llama_server() -> PathBuf {
+    if let Some(path) = std::env::var_os("LLAMA_SERVER") {
+        return PathBuf::from(path);
+    }
+    let output = Command::new("scripts/build-llama-server.sh").output().expect("scripts/build-llama-server.sh");
+    assert!(output.status.success(), "building llama-server failed: {}", String::from_utf8_lossy(&output.stderr));
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// The llama-cpp-sys-2 release in the lock file, which pins our llama.cpp.
+fn llama_cpp_sys_version() -> String {
+    let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == "name = \"llama-cpp-sys-2\"" {
+            return lines.next().unwrap_or_default().trim_start_matches("version = ").trim_matches('"').to_string();
+        }
+    }
+    "unknown".into()
+}
+
+/// The bare loop against the server, concurrency, the second turn and the
+/// 8 MB prompt.
+fn model_table(threads: i32) {
     llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(false));
     let backend = LlamaBackend::init().expect("llama backend");
     let model = LlamaModel::load_from_file(&backend, MODEL, &LlamaModelParams::default()).expect("model");

@@ -27,7 +27,7 @@ pub const BATCH_SIZE: u32 = 2048;
 pub const UBATCH_SIZE: u32 = 512;
 
 /// How to load and run the model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineConfig {
     pub model_path: PathBuf,
     /// Context size in tokens, shared by all slots; `None` picks the model's
@@ -37,6 +37,11 @@ pub struct EngineConfig {
     pub n_parallel: u32,
     /// CPU threads for decoding; `None` uses every core.
     pub n_threads: Option<u32>,
+    /// Model layers to offload to a GPU; `None` is llama.cpp's default
+    /// (all of them when a GPU backend is compiled in).
+    pub gpu_layers: Option<u32>,
+    /// Folder where the shared prefix is saved and restored across restarts.
+    pub prefix_cache: Option<PathBuf>,
 }
 
 /// Facts about the loaded model.
@@ -80,6 +85,9 @@ pub enum FinishReason {
 pub struct Timings {
     /// Prompt tokens reused from the KV cache.
     pub cache_n: usize,
+    /// Of `cache_n`, tokens copied from another sequence's cache (another
+    /// conversation or the saved shared prefix) rather than this slot's own.
+    pub copied_n: usize,
     /// Prompt tokens decoded.
     pub prompt_n: usize,
     pub prompt_ms: f64,

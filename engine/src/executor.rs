@@ -6,6 +6,14 @@
 //! prefilling ones, decodes it, and samples for every sequence that got
 //! logits. The KV cache is unified, so one long request can use the whole
 //! context while the others are short.
+//!
+//! A new request whose prompt starts with a prefix another sequence holds
+//! (the same system prompt and skills block, typically) takes those cells
+//! with `llama_memory_seq_cp` instead of decoding them; on the unified cache
+//! the copy shares the cells, so it costs neither time nor memory. The
+//! longest such shared prefix is also kept by a sequence of its own, which no
+//! request runs on and which is evicted last, and is saved to disk when
+//! `--prefix-cache` names a folder (see `saved_prefix`).
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -23,14 +31,16 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use tokio::sync::mpsc;
 
+use crate::cells::CellLedger;
 use crate::engine::{
     set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
     Submitted, Timings, BATCH_SIZE, DEFAULT_MAX_CTX, UBATCH_SIZE,
 };
 use crate::error::EngineError;
 use crate::format::ChatFormat;
-use crate::prefix::{common_prefix, plan_reuse, CachedSequence};
+use crate::prefix::{common_prefix, destination_rank, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::sampling::{CompiledGrammar, Sampler};
+use crate::saved_prefix::SavedPrefix;
 use crate::template::ChatTemplate;
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
@@ -65,7 +75,7 @@ pub(crate) fn run(
             return;
         }
     };
-    let model = match LlamaModel::load_from_file(backend, &config.model_path, &LlamaModelParams::default()) {
+    let model = match LlamaModel::load_from_file(backend, &config.model_path, &model_params(config.gpu_layers)) {
         Ok(model) => Arc::new(model),
         Err(err) => {
             let _ = loaded.send(Err(load_error(err.to_string())));
@@ -95,8 +105,22 @@ pub(crate) fn run(
     if loaded.send(Ok((info, Arc::clone(&tokenizer)))).is_err() {
         return;
     }
-    let mut executor = Executor::new(&model, ctx, n_parallel as usize, tokenizer, stats);
+    let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok()).unwrap_or_default();
+    let saved = config.prefix_cache.as_deref().and_then(|dir| SavedPrefix::new(dir, &config.model_path, &template));
+    let mut executor = Executor::new(&model, ctx, n_parallel as usize, tokenizer, stats, saved);
+    executor.restore_prefix();
     executor.run(commands);
+}
+
+/// Layers to offload to a GPU: what the operator asked for, else llama.cpp's
+/// default, which is every layer when a GPU backend is compiled in (the CPU
+/// build has nowhere to put them and ignores it).
+fn model_params(gpu_layers: Option<u32>) -> LlamaModelParams {
+    let params = LlamaModelParams::default();
+    match gpu_layers {
+        Some(n) => params.with_n_gpu_layers(n),
+        None => params,
+    }
 }
 
 /// Puts the calling thread (and the OpenMP workers it will start, which
@@ -114,13 +138,14 @@ fn decode_at_normal_priority() {
 }
 
 /// The context parameters the engine runs with; public so the benchmark's
-/// bare decode loop runs on exactly the same settings.
+/// bare decode loop runs on exactly the same settings. There is one sequence
+/// more than slots: the one that keeps the shared prefix.
 pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContextParams {
     LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(BATCH_SIZE)
         .with_n_ubatch(UBATCH_SIZE)
-        .with_n_seq_max(n_parallel)
+        .with_n_seq_max(n_parallel + 1)
         // One KV buffer shared by all slots, so one long request can use the
         // whole context while the others are short.
         .with_kv_unified(true)
@@ -203,9 +228,19 @@ struct Active {
 struct Slot {
     seq: i32,
     cache: CachedSequence<LlamaToken>,
+    /// Labels of the KV cells the sequence holds, in position order: the
+    /// cached tokens and, while a prompt is prefilled, its decoded part.
+    cells: Vec<u32>,
     active: Option<Active>,
     /// When the slot was last used, for evicting idle caches oldest first.
     last_used: u64,
+    /// The sequence that keeps the shared prefix: it never runs a request
+    /// and is evicted after every idle slot.
+    keeps_prefix: bool,
+    /// Cached tokens that were the prompt of the slot's last request (the
+    /// rest it generated): a new prompt that leaves the cache before this
+    /// point is another conversation sharing a prefix, not the next turn.
+    prompt_end: usize,
 }
 
 impl Slot {
@@ -236,6 +271,12 @@ struct Executor<'m> {
     eog_tokens: Vec<LlamaToken>,
     stats: Arc<EngineStats>,
     clock: u64,
+    ledger: CellLedger,
+    /// Prefixes may be copied between sequences (not on recurrent or hybrid
+    /// models, whose state is not a list of per-position cells).
+    sharing: bool,
+    /// Where the shared prefix is saved, with `--prefix-cache`.
+    saved: Option<SavedPrefix>,
 }
 
 impl<'m> Executor<'m> {
@@ -245,6 +286,7 @@ impl<'m> Executor<'m> {
         n_parallel: usize,
         tokenizer: Arc<Tokenizer>,
         stats: Arc<EngineStats>,
+        saved: Option<SavedPrefix>,
     ) -> Self {
         let n_ctx = ctx.n_ctx() as usize;
         let swa = model
@@ -257,8 +299,16 @@ impl<'m> Executor<'m> {
             model,
             ctx,
             batch: LlamaBatch::new(BATCH_SIZE as usize, 1),
-            slots: (0..n_parallel)
-                .map(|i| Slot { seq: i as i32, cache: CachedSequence::default(), active: None, last_used: 0 })
+            slots: (0..=n_parallel)
+                .map(|i| Slot {
+                    seq: i as i32,
+                    cache: CachedSequence::default(),
+                    cells: Vec::new(),
+                    active: None,
+                    last_used: 0,
+                    keeps_prefix: i == n_parallel,
+                    prompt_end: 0,
+                })
                 .collect(),
             queue: VecDeque::new(),
             n_ctx,
@@ -267,6 +317,9 @@ impl<'m> Executor<'m> {
             eog_tokens: model.vocab().tokens().filter(|&t| model.vocab().is_eog(t)).collect(),
             stats,
             clock: 0,
+            ledger: CellLedger::default(),
+            sharing: !(model.is_recurrent() || model.is_hybrid()),
+            saved,
         }
     }
 
@@ -355,75 +408,174 @@ impl<'m> Executor<'m> {
     }
 
     fn kv_used(&self) -> usize {
-        self.slots.iter().map(|s| s.cache.len()).sum()
+        self.ledger.used()
     }
 
-    /// Moves queued requests into free slots, choosing for each the slot whose
-    /// cache shares the longest prefix with its prompt.
+    /// Drops a sequence's cells from position `keep` on, in the KV cache and
+    /// in the books. A memory that cannot drop that tail drops all of it.
+    /// Returns the tokens kept.
+    fn forget_from(&mut self, index: usize, keep: usize) -> usize {
+        let slot = &mut self.slots[index];
+        let mut keep = keep.min(slot.cells.len());
+        if keep == slot.cells.len() {
+            return keep;
+        }
+        let removed = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(keep as u32), None);
+        if !matches!(removed, Ok(true)) {
+            let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+            keep = 0;
+        }
+        self.ledger.release(&slot.cells[keep..]);
+        slot.cells.truncate(keep);
+        slot.cache.truncate(keep);
+        slot.prompt_end = slot.prompt_end.min(keep);
+        if keep == 0 {
+            slot.cache.clear();
+        }
+        keep
+    }
+
+    /// Empties a sequence; returns how many cells became free (shared ones
+    /// stay with their other holders).
+    fn clear_slot(&mut self, index: usize) -> usize {
+        let slot = &mut self.slots[index];
+        let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+        let freed = self.ledger.release(&slot.cells);
+        slot.cells.clear();
+        slot.cache.clear();
+        slot.prompt_end = 0;
+        freed
+    }
+
+    /// Makes slot `to` hold the first `n` cached tokens of slot `from`,
+    /// sharing their cells. Returns whether it did.
+    fn copy_prefix(&mut self, from: usize, to: usize, n: usize) -> bool {
+        self.clear_slot(to);
+        let (src, dst) = (self.slots[from].seq, self.slots[to].seq);
+        if self.ctx.copy_kv_cache_seq(src, dst, Some(0), Some(n as u32)).is_err() {
+            return false;
+        }
+        let cells = self.ledger.share(&self.slots[from].cells[..n]);
+        let cache = self.slots[from].cache.prefix(n);
+        self.slots[to].cells = cells;
+        self.slots[to].cache = cache;
+        self.slots[to].prompt_end = n;
+        true
+    }
+
+    fn prefix_slot(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// Moves queued requests into free slots. Each goes to the free slot that
+    /// loses the least of what it caches (a conversation's next turn to its
+    /// own slot, a new conversation to an empty one), and takes the longest
+    /// prefix of its prompt that any sequence holds, copied when another
+    /// sequence holds more of it than that slot.
     fn admit(&mut self) {
         while let Some(queued) = self.queue.front() {
-            let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].active.is_none()).collect();
+            let free: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].keeps_prefix)
+                .collect();
             if free.is_empty() {
                 return;
             }
             // Reuse measured by tokens and by text; see `prefix`.
-            let score = |slot: &Slot| {
-                let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
-                let by_text = slot.cache.text_match(queued.text.as_bytes()).0;
-                by_tokens.max(by_text)
+            let reuse: Vec<usize> = self
+                .slots
+                .iter()
+                .map(|slot| {
+                    let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
+                    let by_text = slot.cache.text_match(queued.text.as_bytes()).0;
+                    by_tokens.max(by_text)
+                })
+                .collect();
+            let chosen = if self.sharing {
+                free.iter()
+                    .copied()
+                    .min_by_key(|&i| destination_rank(self.slots[i].cache.len(), reuse[i], self.slots[i].last_used))
+            } else {
+                free.iter().copied().max_by_key(|&i| (reuse[i], std::cmp::Reverse(self.slots[i].last_used)))
             };
-            let Some(&best) =
-                free.iter().max_by_key(|&&i| (score(&self.slots[i]), std::cmp::Reverse(self.slots[i].last_used)))
-            else {
-                return;
+            let Some(best) = chosen else { return };
+            let donor = if self.sharing {
+                (0..self.slots.len())
+                    .filter(|&i| i != best)
+                    .max_by_key(|&i| reuse[i])
+                    .filter(|&i| reuse[i] > reuse[best])
+            } else {
+                None
             };
             // Active sequences plus this prompt must fit the shared context;
-            // idle caches are evicted for it, oldest first.
-            let active_used: usize = self.slots.iter().filter(|s| s.active.is_some()).map(|s| s.cache.len()).sum();
+            // idle caches are evicted for it, oldest first. Cells copied from
+            // an active sequence are already counted.
+            let active = self.slots.iter().filter(|s| s.active.is_some());
+            let active_used = self.ledger.union(active.map(|s| s.cells.as_slice()));
+            let shared_with_active = donor.filter(|&d| self.slots[d].active.is_some()).map_or(0, |d| reuse[d]);
             let busy = self.slots.iter().any(|s| s.active.is_some());
-            if busy && active_used + queued.tokens.len() + 1 > self.n_ctx {
+            if busy && active_used + queued.tokens.len() - shared_with_active + 1 > self.n_ctx {
                 return;
             }
             let Some(queued) = self.queue.pop_front() else { return };
-            self.start(best, queued);
+            self.start(best, donor, queued);
         }
     }
 
-    fn start(&mut self, index: usize, queued: Queued) {
+    /// Starts a request in slot `index`, reusing what that slot caches or,
+    /// when `donor` is given, the prefix that slot holds.
+    fn start(&mut self, index: usize, donor: Option<usize>, queued: Queued) {
         self.clock += 1;
         let partial_ok = self.partial_removal_ok;
-        let slot = &mut self.slots[index];
-        let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
-        let (text_tokens, text_bytes) = slot.cache.text_match(queued.text.as_bytes());
+        let source_prompt_end = self.slots[donor.unwrap_or(index)].prompt_end;
+        let source = &self.slots[donor.unwrap_or(index)].cache;
+        let by_tokens = common_prefix(source.tokens(), &queued.tokens);
+        let (text_tokens, text_bytes) = source.text_match(queued.text.as_bytes());
         // The prompt as tokens, with the text of the part after the reused prefix.
-        let (prompt, common, text_from): (Vec<LlamaToken>, usize, Option<usize>) = if text_tokens > by_tokens {
-            let mut tokens = slot.cache.tokens()[..text_tokens].to_vec();
+        let (prompt, mut common, mut text_from): (Vec<LlamaToken>, usize, Option<usize>) = if text_tokens > by_tokens {
+            let mut tokens = source.tokens()[..text_tokens].to_vec();
             let rest = &queued.text[text_bytes..];
             tokens.extend(self.tokenizer.continuation(rest));
             (tokens, text_tokens, Some(text_bytes))
         } else {
             (queued.tokens, by_tokens, None)
         };
-        let slot = &mut self.slots[index];
-        let mut plan = plan_reuse(slot.cache.len(), prompt.len(), common, partial_ok);
-        if plan.removed > 0 {
-            let removed = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(plan.keep as u32), None);
-            if !matches!(removed, Ok(true)) {
-                let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
-                plan.keep = 0;
+        let matched = common;
+        let mut copied_n = 0;
+        if let Some(donor) = donor {
+            // Never past the last prompt token, which is decoded for logits.
+            let n = common.min(prompt.len() - 1);
+            if n < common {
+                // The copy ends inside the matched text: what follows it is
+                // not known as text.
+                text_from = None;
             }
-            slot.cache.truncate(plan.keep);
+            if self.copy_prefix(donor, index, n) {
+                copied_n = n;
+                common = n;
+            } else {
+                common = 0;
+            }
         }
+        let slot = &self.slots[index];
+        let plan = plan_reuse(slot.cache.len(), prompt.len(), common, partial_ok);
+        let keep = if plan.removed > 0 { self.forget_from(index, plan.keep) } else { plan.keep };
         // The text of the tokens still to decode, when it is known exactly.
         let prompt_text = match text_from {
-            Some(offset) if plan.keep == common => Some(queued.text.as_bytes()[offset..].to_vec()),
-            _ if plan.keep == 0 => Some(queued.text.as_bytes().to_vec()),
+            Some(offset) if keep == common => Some(queued.text.as_bytes()[offset..].to_vec()),
+            _ if keep == 0 => Some(queued.text.as_bytes().to_vec()),
             _ => None,
         };
-        if plan.keep == 0 {
+        if matched < source_prompt_end {
+            // This prompt and the cached one part inside the earlier prompt:
+            // two conversations share these tokens.
+            self.keep_shared_prefix(index);
+        }
+        let slot = &mut self.slots[index];
+        if keep == 0 {
             slot.cache.clear();
         }
-        let cache_n = plan.keep;
+        slot.prompt_end = prompt.len();
+        let cache_n = keep;
         slot.last_used = self.clock;
         slot.active = Some(Active {
             events: queued.events,
@@ -436,10 +588,51 @@ impl<'m> Executor<'m> {
             next: None,
             logits_at: None,
             prompt_in_batch: 0,
-            timings: Timings { cache_n, ..Timings::default() },
+            timings: Timings { cache_n, copied_n: copied_n.min(cache_n), ..Timings::default() },
             started: Instant::now(),
             first_token: None,
         });
+    }
+
+    /// Slot `index` holds a prefix another conversation shares: the sequence
+    /// that keeps the shared prefix takes it too, unless it already holds all
+    /// of it; a changed prefix is saved.
+    fn keep_shared_prefix(&mut self, index: usize) {
+        let keeper = self.prefix_slot();
+        let n = self.slots[index].cache.len();
+        if n < MIN_SHARED_PREFIX_TOKENS || index == keeper {
+            return;
+        }
+        let held = common_prefix(self.slots[keeper].cache.tokens(), self.slots[index].cache.tokens());
+        if held == n {
+            return;
+        }
+        if self.copy_prefix(index, keeper, n) {
+            tracing::debug!(tokens = n, "keeping a new shared prefix");
+            self.save_prefix();
+        }
+    }
+
+    /// Writes the kept prefix to `--prefix-cache`, if set.
+    fn save_prefix(&mut self) {
+        let Some(saved) = &self.saved else { return };
+        let keeper = &self.slots[self.slots.len() - 1];
+        saved.save(&self.ctx, keeper.seq, keeper.cache.tokens(), keeper.cache.text());
+    }
+
+    /// Loads the prefix saved by an earlier run, if it is for this model.
+    fn restore_prefix(&mut self) {
+        let Some(saved) = &self.saved else { return };
+        let keeper = self.slots.len() - 1;
+        let seq = self.slots[keeper].seq;
+        let Some((tokens, text)) = saved.load(&mut self.ctx, seq, self.n_ctx) else { return };
+        let slot = &mut self.slots[keeper];
+        match text {
+            Some(text) => slot.cache.push_chunk(&tokens, &text),
+            None => slot.cache.push_tokens_without_text(&tokens),
+        }
+        self.ledger.add(&mut slot.cells, tokens.len());
+        slot.prompt_end = tokens.len();
     }
 
     fn publish_stats(&self) {
@@ -534,21 +727,20 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Clears idle caches, oldest first, until `cells` are freed. Returns
-    /// whether anything was freed.
+    /// Clears idle caches, oldest first and the shared prefix last, until
+    /// `cells` are freed. Returns whether anything was freed (cells shared
+    /// with a running sequence stay).
     fn evict_idle(&mut self, cells: usize) -> bool {
         let mut idle: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].cache.is_empty())
+            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].cells.is_empty())
             .collect();
-        idle.sort_by_key(|&i| self.slots[i].last_used);
+        idle.sort_by_key(|&i| (self.slots[i].keeps_prefix, self.slots[i].last_used));
         let mut freed = 0;
         for i in idle {
             if freed >= cells {
                 break;
             }
-            freed += self.slots[i].cache.len();
-            let _ = self.ctx.clear_kv_cache_seq(Some(self.slots[i].seq as u32), None, None);
-            self.slots[i].cache.clear();
+            freed += self.clear_slot(i);
         }
         freed > 0
     }
@@ -568,9 +760,7 @@ impl<'m> Executor<'m> {
                 if let Some(active) = self.slots[index].active.take() {
                     let _ = active.events.send(GenerationEvent::Failed(EngineError::Decode(reason.to_string())));
                 }
-                let seq = self.slots[index].seq;
-                let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
-                self.slots[index].cache.clear();
+                self.clear_slot(index);
             }
         }
     }
@@ -583,7 +773,9 @@ impl<'m> Executor<'m> {
             let Some(active) = slot.active.as_mut() else { continue };
             if let Some((token, piece)) = active.next.take() {
                 slot.cache.push_chunk(&[token], &piece);
+                self.ledger.add(&mut slot.cells, 1);
             } else if active.prompt_in_batch > 0 {
+                self.ledger.add(&mut slot.cells, active.prompt_in_batch);
                 active.prompt_decoded += active.prompt_in_batch;
                 if active.prompt_decoded == active.prompt_pending.len() {
                     let tokens = std::mem::take(&mut active.prompt_pending);

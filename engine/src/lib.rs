@@ -5,6 +5,8 @@
 //! - [`engine`]: the handle the rest of the server holds (start, submit, stats).
 //! - `executor`: the engine thread: model loading and the batch executor.
 //! - [`prefix`]: which cached KV prefix a new prompt can reuse.
+//! - `cells`: which KV cells are in use when sequences share them.
+//! - `saved_prefix`: the shared prefix saved to disk across restarts.
 //! - [`text`]: token bytes to text deltas, with stop strings.
 //! - [`sampling`]: sampling parameters and the sampler chain.
 //! - `grammar`: grammar specs to GBNF through llama.cpp's JSON-schema converter.
@@ -15,6 +17,7 @@
 //!
 //! This crate knows nothing of skills, actors or HTTP.
 
+mod cells;
 pub mod chat;
 pub mod engine;
 pub mod error;
@@ -23,6 +26,7 @@ pub mod format;
 mod grammar;
 pub mod prefix;
 pub mod sampling;
+mod saved_prefix;
 pub mod schema_limits;
 pub mod template;
 pub mod text;
@@ -37,5 +41,6 @@ pub use engine::{
 pub use error::EngineError;
 pub use executor::context_params;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
+pub use prefix::{MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
 pub use sampling::SamplingParams;
 pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

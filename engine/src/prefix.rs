@@ -16,6 +16,25 @@
 /// clean re-prefill is the correct answer rather than a cheaper wrong one.
 pub const MAX_REWIND_TOKENS: usize = 16;
 
+/// A new request takes the cached tokens of a free slot even when this many
+/// of them, at most, must be dropped from its end, rather than move to an
+/// empty slot: the end of a turn the template renders differently next time
+/// costs a few tokens, not a slot.
+pub const NEGLIGIBLE_TAIL_TOKENS: usize = 32;
+/// A prefix copied between sequences is kept by the shared-prefix sequence
+/// (and saved) only from this many tokens: shorter ones are a chat
+/// template's opening, cheaper to decode than to keep.
+pub const MIN_SHARED_PREFIX_TOKENS: usize = 64;
+
+/// How well a free slot suits a new prompt, best first in ascending order:
+/// fewest cached tokens lost (a tail of up to [`NEGLIGIBLE_TAIL_TOKENS`]
+/// counts as none), then most of the prompt already held, then used
+/// longest ago. `reuse` is how many of its `cached` tokens the prompt keeps.
+pub fn destination_rank(cached: usize, reuse: usize, last_used: u64) -> (usize, std::cmp::Reverse<usize>, u64) {
+    let lost = cached - reuse.min(cached);
+    (lost.saturating_sub(NEGLIGIBLE_TAIL_TOKENS), std::cmp::Reverse(reuse), last_used)
+}
+
 /// The tokens in one slot's KV cache, in position order, with their text.
 #[derive(Debug, Clone)]
 pub struct CachedSequence<T> {
@@ -76,6 +95,19 @@ impl<T: Copy + PartialEq> CachedSequence<T> {
         // is unknown, so text matching ends at the last whole chunk.
         let byte_end = self.boundaries.last().map_or(0, |&(b, _)| b);
         self.bytes.truncate(byte_end);
+    }
+
+    /// A copy of the first `n` tokens, with the text of their whole chunks.
+    pub fn prefix(&self, n: usize) -> Self {
+        let mut copy = self.clone();
+        copy.truncate(n);
+        copy
+    }
+
+    /// The text of all cached tokens, when it is known for every one.
+    pub fn text(&self) -> Option<&[u8]> {
+        let known = self.boundaries.last().map_or(0, |&(_, t)| t);
+        (known == self.tokens.len()).then_some(self.bytes.as_slice())
     }
 
     pub fn clear(&mut self) {
@@ -155,6 +187,17 @@ mod tests {
                 "cached {cached}, prompt {prompt}, common {common}"
             );
         }
+    }
+
+    #[test]
+    fn a_turn_keeps_its_slot_unless_that_loses_more_than_a_negligible_tail() {
+        let empty = destination_rank(0, 0, 0);
+        // A conversation's slot, whose next prompt drops the last few tokens.
+        let own = |tail: usize| destination_rank(500 + tail, 500, 9);
+        assert!(own(NEGLIGIBLE_TAIL_TOKENS) < empty);
+        assert!(own(NEGLIGIBLE_TAIL_TOKENS + 1) > empty);
+        // Between two slots that lose nothing, the one used longest ago.
+        assert!(destination_rank(0, 0, 1) < destination_rank(0, 0, 2));
     }
 
     #[test]

@@ -3,11 +3,11 @@
 // Integration tests are test code: unwrapping is how they fail loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use skillhost_engine::{
     ChatMessage, Conversation, Engine, EngineConfig, FinishReason, GenerateRequest, GenerationEvent, ResponseFormat,
-    Role, SamplingParams, Timings, ToolChoice,
+    Role, SamplingParams, Timings, ToolChoice, MIN_SHARED_PREFIX_TOKENS,
 };
 
 fn model_path() -> PathBuf {
@@ -17,9 +17,27 @@ fn model_path() -> PathBuf {
 }
 
 fn start(n_parallel: u32) -> Engine {
-    let config = EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel, n_threads: None };
+    start_with(EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel, ..Default::default() })
+}
+
+fn start_with(config: EngineConfig) -> Engine {
     match Engine::start(config) {
         Ok((engine, _exit)) => engine,
+        Err(err) => panic!("engine failed to start: {err}"),
+    }
+}
+
+/// Starts an engine with its shared prefix saved in `dir`.
+fn start_saving(dir: &Path) -> (Engine, tokio::sync::oneshot::Receiver<skillhost_engine::Exit>) {
+    let config = EngineConfig {
+        model_path: model_path(),
+        n_ctx: Some(4096),
+        n_parallel: 3,
+        prefix_cache: Some(dir.to_path_buf()),
+        ..Default::default()
+    };
+    match Engine::start(config) {
+        Ok(started) => started,
         Err(err) => panic!("engine failed to start: {err}"),
     }
 }
@@ -130,4 +148,163 @@ async fn ignore_eos_generates_to_max_tokens() {
     let request = GenerateRequest { prompt: text, sampling, max_tokens: Some(48), ..Default::default() };
     let (_, reason, timings) = generate(&engine, request).await;
     assert_eq!((reason, timings.predicted_n), (FinishReason::Length, 48));
+}
+
+/// A system prompt of a few hundred tokens, as a deployment's system text and
+/// skills block would be.
+fn long_system() -> ChatMessage {
+    let rules: Vec<String> = (1..=40).map(|i| format!("Rule {i}: answer briefly and name the city.")).collect();
+    ChatMessage::new(Role::System, format!("You are a helpful assistant. {}", rules.join(" ")))
+}
+
+fn ask(engine: &Engine, question: &str, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        prompt: prompt(engine, &[long_system(), ChatMessage::new(Role::User, question)]),
+        sampling: greedy(),
+        max_tokens: Some(max_tokens),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_new_conversation_copies_the_prefix_a_running_one_holds_and_answers_the_same() {
+    let engine = start(3);
+    let system_tokens = engine.count_tokens(prompt(&engine, &[long_system()])).await.unwrap_or(0);
+    assert!(system_tokens > 300, "the system prompt is only {system_tokens} tokens");
+    // Conversation A is still generating when B, with the same system
+    // prompt, arrives.
+    let sampling = SamplingParams { ignore_eos: true, ..greedy() };
+    let mut running = match engine.submit(GenerateRequest { sampling, ..ask(&engine, "Tell me a story.", 200) }).await {
+        Ok(submitted) => submitted,
+        Err(err) => panic!("{err}"),
+    };
+    assert!(matches!(running.events.recv().await, Some(GenerationEvent::Text(_))));
+    let (answer, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
+    assert!(
+        timings.copied_n * 10 >= system_tokens * 9 && timings.cache_n >= timings.copied_n,
+        "B copied {} of the {system_tokens} system tokens: {timings:?}",
+        timings.copied_n
+    );
+    assert!(timings.prompt_n < 40, "B decoded {} prompt tokens", timings.prompt_n);
+    drop(running);
+    // The copied cells give the same answer as a prefill of them.
+    let fresh = start(1);
+    let (expected, _, fresh_timings) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
+    assert_eq!(fresh_timings.copied_n, 0);
+    assert_eq!(answer, expected);
+}
+
+#[tokio::test]
+async fn requests_sharing_a_prefix_run_together_where_their_lengths_alone_would_not_fit() {
+    // Three prompts of ~600 tokens are more than this context, but the
+    // cells they share are counted once, so all three run at the same time.
+    let config = EngineConfig { model_path: model_path(), n_ctx: Some(1024), n_parallel: 3, ..Default::default() };
+    let engine = start_with(config);
+    let sampling = SamplingParams { ignore_eos: true, ..greedy() };
+    let mut first = match engine.submit(GenerateRequest { sampling, ..ask(&engine, "Tell me a story.", 48) }).await {
+        Ok(submitted) => submitted,
+        Err(err) => panic!("{err}"),
+    };
+    assert!(matches!(first.events.recv().await, Some(GenerationEvent::Text(_))));
+    let questions = ["What is the capital of France?", "What is the capital of Spain?"];
+    let mut others = Vec::new();
+    for question in questions {
+        match engine.submit(ask(&engine, question, 8)).await {
+            Ok(submitted) => others.push(submitted),
+            Err(err) => panic!("{err}"),
+        }
+    }
+    for mut submitted in others {
+        let timings = loop {
+            match submitted.events.recv().await {
+                Some(GenerationEvent::Finished { timings, .. }) => break timings,
+                Some(GenerationEvent::Failed(err)) => panic!("{err}"),
+                Some(GenerationEvent::Text(_)) => {}
+                None => panic!("no finish"),
+            }
+        };
+        assert!(timings.copied_n > 300, "admitted without the shared cells: {timings:?}");
+    }
+    // The first one was never cut short to make room.
+    let reason = loop {
+        match first.events.recv().await {
+            Some(GenerationEvent::Finished { reason, timings }) => break (reason, timings.predicted_n),
+            Some(GenerationEvent::Failed(err)) => panic!("{err}"),
+            Some(GenerationEvent::Text(_)) => {}
+            None => panic!("no finish"),
+        }
+    };
+    assert_eq!(reason, (FinishReason::Length, 48));
+}
+
+fn saved_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn the_shared_prefix_survives_a_restart_and_is_ignored_for_another_model() {
+    let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+    let (engine, exit) = start_saving(dir.path());
+    generate(&engine, ask(&engine, "Hello.", 4)).await;
+    // A second conversation parts from the first after the system prompt:
+    // that prefix is shared, kept and saved.
+    generate(&engine, ask(&engine, "Good morning.", 4)).await;
+    let files = saved_files(dir.path());
+    assert_eq!(files.len(), 2, "saved: {files:?}");
+    assert!(files.iter().any(|f| f.ends_with(".kv")) && files.iter().any(|f| f.ends_with(".json")));
+    drop(engine);
+    let _ = exit.await;
+
+    let (engine, exit) = start_saving(dir.path());
+    let (answer, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
+    let system_tokens = engine.count_tokens(prompt(&engine, &[long_system()])).await.unwrap_or(0);
+    // The count includes the assistant header after the system turn, which
+    // this prompt has elsewhere.
+    assert!(timings.copied_n + 8 >= system_tokens, "restored prefix not used: {timings:?}");
+    assert!(timings.prompt_n < 40, "decoded {} prompt tokens after the restart", timings.prompt_n);
+    let fresh = start(1);
+    let (expected, _, _) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
+    assert_eq!(answer, expected);
+    drop(engine);
+    let _ = exit.await;
+
+    // The same files, recorded for another model file: ignored.
+    let record = dir.path().join(files.iter().find(|f| f.ends_with(".json")).map_or("", String::as_str));
+    let text = std::fs::read_to_string(&record).unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let model = value["model"].as_str().unwrap_or_default().to_string();
+    assert_eq!(model.len(), 64, "record: {text}");
+    std::fs::write(&record, text.replace(&model, &"0".repeat(64))).unwrap_or_else(|err| panic!("{err}"));
+    let (engine, _exit) = start_saving(dir.path());
+    let (_, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
+    assert_eq!(timings.copied_n, 0, "a prefix saved for another model was used: {timings:?}");
+}
+
+/// Two raw prompts that share exactly `n` tokens, then differ.
+async fn sharing(engine: &Engine, n: usize) -> (String, String) {
+    // " the" is one token however often it repeats, so the shared part is
+    // exactly as many tokens as it has words.
+    let base = " the".repeat(n);
+    let counted = engine.count_tokens(base.clone()).await.unwrap_or(0);
+    assert_eq!(counted, n, "{n} words are {counted} tokens");
+    (format!("{base} apple"), format!("{base} banana"))
+}
+
+#[tokio::test]
+async fn a_shared_prefix_is_kept_from_min_shared_prefix_tokens() {
+    for (n, kept) in [(MIN_SHARED_PREFIX_TOKENS, true), (MIN_SHARED_PREFIX_TOKENS - 1, false)] {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let (engine, _exit) = start_saving(dir.path());
+        let (a, b) = sharing(&engine, n).await;
+        for text in [a, b] {
+            let request =
+                GenerateRequest { prompt: text, sampling: greedy(), max_tokens: Some(2), ..Default::default() };
+            generate(&engine, request).await;
+        }
+        assert_eq!(!saved_files(dir.path()).is_empty(), kept, "shared prefix of {n} tokens");
+    }
 }

@@ -140,6 +140,12 @@ pub struct ServeArgs {
     /// CPU threads for decoding [default: all cores]
     #[arg(long, short = 't', env = "SKILLHOST_THREADS")]
     pub threads: Option<u32>,
+    /// Model layers to offload to the GPU in a GPU build (`make run GPU=cuda`), as llama-server's --n-gpu-layers [default: all of them]
+    #[arg(long, env = "SKILLHOST_GPU_LAYERS")]
+    pub gpu_layers: Option<u32>,
+    /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
+    #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath)]
+    pub prefix_cache: Option<PathBuf>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
     #[arg(long, env = "SKILLHOST_TEMPERATURE")]
     pub temperature: Option<f32>,
@@ -490,7 +496,14 @@ impl ServeArgs {
             host,
             port: self.port.unwrap_or(DEFAULT_PORT),
             log_format: self.log_format.unwrap_or(LogFormat::Text),
-            engine: EngineConfig { model_path: model, n_ctx: ctx_size, n_parallel: parallel, n_threads: threads },
+            engine: EngineConfig {
+                model_path: model,
+                n_ctx: ctx_size,
+                n_parallel: parallel,
+                n_threads: threads,
+                gpu_layers: self.gpu_layers,
+                prefix_cache: self.prefix_cache,
+            },
             skills,
             loop_settings,
             exec,
@@ -645,6 +658,7 @@ mod tests {
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     n_threads: None,
+                    ..Default::default()
                 },
                 skills: None,
                 loop_settings: LoopSettings::default(),

@@ -509,6 +509,7 @@ pub fn usage_json(usage: &Usage, timings: &Timings) -> Value {
 pub fn timings_json(timings: &Timings) -> Value {
     json!({
         "cache_n": timings.cache_n,
+        "copied_n": timings.copied_n,
         "prompt_n": timings.prompt_n,
         "prompt_ms": timings.prompt_ms,
         "prompt_per_second": timings.prompt_per_second(),

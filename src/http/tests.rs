@@ -15,7 +15,13 @@ fn model_path() -> std::path::PathBuf {
 }
 
 async fn state(n_ctx: u32) -> web::Data<AppState> {
-    let config = EngineConfig { model_path: model_path(), n_ctx: Some(n_ctx), n_parallel: 2, n_threads: None };
+    let config = EngineConfig {
+        model_path: model_path(),
+        n_ctx: Some(n_ctx),
+        n_parallel: 2,
+        n_threads: None,
+        ..Default::default()
+    };
     let server = match Server::start(ServerConfig::new(config, None)).await {
         Ok(s) => s,
         Err(err) => panic!("{err}"),
@@ -334,7 +340,13 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         install_dir: None,
         watch: false,
     };
-    let engine = EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel: 1, n_threads: None };
+    let engine = EngineConfig {
+        model_path: model_path(),
+        n_ctx: Some(4096),
+        n_parallel: 1,
+        n_threads: None,
+        ..Default::default()
+    };
     let config = ServerConfig {
         model: ModelSource::Load(engine),
         skills: Some(skills),
