@@ -97,6 +97,9 @@ pub struct RoundStats {
     pub prompt_tokens: usize,
     /// Prompt tokens reused from the KV cache.
     pub cached_tokens: usize,
+    /// Of those, tokens copied from another sequence (another conversation
+    /// or the saved shared prefix).
+    pub copied_tokens: usize,
     pub generated_tokens: usize,
     pub time_to_first_token_ms: f64,
 }

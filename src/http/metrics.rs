@@ -10,6 +10,7 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     pub prompt_tokens: IntCounter,
     pub cached_prompt_tokens: IntCounter,
+    pub copied_prompt_tokens: IntCounter,
     pub generated_tokens: IntCounter,
     pub time_to_first_token: Histogram,
     pub tokens_per_second: Histogram,
@@ -34,6 +35,10 @@ impl Metrics {
         let cached_prompt_tokens = IntCounter::new(
             "prompt_tokens_cached_total",
             "Prompt tokens reused from the KV cache instead of decoded.",
+        )?;
+        let copied_prompt_tokens = IntCounter::new(
+            "prompt_tokens_copied_total",
+            "Of the cached prompt tokens, those copied from another conversation's cache or the saved shared prefix.",
         )?;
         let generated_tokens = IntCounter::new("generated_tokens_total", "Tokens generated.")?;
         let time_to_first_token = Histogram::with_opts(
@@ -74,6 +79,7 @@ impl Metrics {
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(prompt_tokens.clone()))?;
         registry.register(Box::new(cached_prompt_tokens.clone()))?;
+        registry.register(Box::new(copied_prompt_tokens.clone()))?;
         registry.register(Box::new(generated_tokens.clone()))?;
         registry.register(Box::new(time_to_first_token.clone()))?;
         registry.register(Box::new(tokens_per_second.clone()))?;
@@ -91,6 +97,7 @@ impl Metrics {
             errors,
             prompt_tokens,
             cached_prompt_tokens,
+            copied_prompt_tokens,
             generated_tokens,
             time_to_first_token,
             tokens_per_second,
@@ -109,6 +116,7 @@ impl Metrics {
     pub fn finished(&self, n_prompt: usize, timings: &Timings) {
         self.prompt_tokens.inc_by(n_prompt as u64);
         self.cached_prompt_tokens.inc_by(timings.cache_n as u64);
+        self.copied_prompt_tokens.inc_by(timings.copied_n as u64);
         self.generated_tokens.inc_by(timings.predicted_n as u64);
         if timings.predicted_n > 1 {
             self.tokens_per_second.observe(timings.predicted_per_second());

@@ -537,6 +537,7 @@ pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
                 json!({
                     "prompt_tokens": r.prompt_tokens,
                     "cached_tokens": r.cached_tokens,
+                    "copied_tokens": r.copied_tokens,
                     "generated_tokens": r.generated_tokens,
                     "time_to_first_token_ms": r.time_to_first_token_ms,
                 })

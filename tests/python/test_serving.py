@@ -112,3 +112,55 @@ def test_the_no_template_model_is_served_with_a_logged_fallback(start_server):
     assert response.status == 200, body
     assert body["choices"][0]["finish_reason"] in ("stop", "length")
     assert body["usage"]["completion_tokens"] > 0
+
+
+def shared_system():
+    rules = " ".join(f"Rule {i}: answer in one short sentence." for i in range(1, 41))
+    return {"role": "system", "content": "You are a helpful assistant. " + rules}
+
+
+def test_a_shared_system_prompt_is_copied_and_survives_a_restart(start_server, tmp_path):
+    """Through the OpenAI client: a conversation that arrives while another
+    with the same system prompt is generating copies that prompt's cells; the
+    prefix is saved, and after a restart the first request copies it again."""
+    from openai import OpenAI
+
+    args = ["--model", str(DEFAULT_MODEL), "--parallel", "4", "--prefix-cache", str(tmp_path)]
+    server = start_server(*args)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    system = shared_system()
+    running = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1",
+        messages=[system, {"role": "user", "content": "Tell me a long story."}],
+        max_tokens=200,
+        temperature=0,
+        stream=True,
+    )
+    next(chunk for chunk in running if chunk.choices and chunk.choices[0].delta.content)
+    second = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1",
+        messages=[system, {"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=8,
+        temperature=0,
+    )
+    running.close()
+    timings = second.model_extra["timings"]
+    assert timings["copied_n"] > 300, timings
+    assert second.usage.prompt_tokens_details.cached_tokens >= timings["copied_n"]
+    assert server.metric("skillhost_prompt_tokens_copied_total") >= timings["copied_n"]
+    saved = sorted(p.suffix for p in tmp_path.iterdir())
+    assert saved == [".json", ".kv"], saved
+    server.stop()
+
+    restarted = start_server(*args)
+    client = OpenAI(base_url=restarted.url + "/v1", api_key="unused")
+    third = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct.Q4_1",
+        messages=[system, {"role": "user", "content": "What is the capital of Italy?"}],
+        max_tokens=8,
+        temperature=0,
+    )
+    timings = third.model_extra["timings"]
+    assert timings["copied_n"] > 300 and timings["prompt_n"] < 40, timings
+    # The model loads while the server already listens; by now it has.
+    assert "restored the shared prefix" in "".join(restarted.log), "".join(restarted.log)

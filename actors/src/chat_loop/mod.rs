@@ -701,6 +701,7 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     state.rounds.push(RoundStats {
         prompt_tokens: state.n_prompt,
         cached_tokens: timings.cache_n,
+        copied_tokens: timings.copied_n,
         generated_tokens: timings.predicted_n,
         time_to_first_token_ms: timings.prompt_ms,
     });
