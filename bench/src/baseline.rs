@@ -152,8 +152,10 @@ pub fn run(binary: PathBuf, threads: i32) {
     let (mut ttft_8, mut after_streams) = (Row::default(), Row::default());
     let servers: Vec<ServerProcess> = SIDES.iter().map(|&side| baseline.start(side, &[])).collect();
     for round in 0..ROUNDS {
-        for (side, server) in SIDES.iter().zip(&servers) {
-            for (i, &n) in levels.iter().enumerate() {
+        // The sides take turns at every level, so drift in the machine's
+        // speed between minutes hits both alike.
+        for (i, &n) in levels.iter().enumerate() {
+            for (side, server) in SIDES.iter().zip(&servers) {
                 pause();
                 let (tps, ttfts) = concurrent(&server.url, n, 500 + round * 10 + i);
                 aggregate[i].push(*side, tps);
@@ -161,7 +163,9 @@ pub fn run(binary: PathBuf, threads: i32) {
                     ttft_8.push(*side, percentile(ttfts, 50.0));
                 }
             }
-            // The eight conversations stay cached in their slots.
+        }
+        // The eight conversations stay cached in their slots.
+        for (side, server) in SIDES.iter().zip(&servers) {
             pause();
             after_streams.push(*side, prompt_rate(&server.url, &format!("After {round}"), 3000));
         }

@@ -14,6 +14,13 @@
 //! longest such shared prefix is also kept by a sequence of its own, which no
 //! request runs on and which is evicted last, and is saved to disk when
 //! `--prefix-cache` names a folder (see `saved_prefix`).
+//!
+//! When a request starts, the other idle slots move their cells to host
+//! memory ("parked"), as llama-server does with its idle slots: cells that no
+//! running sequence attends to still cost every decode step, since the
+//! attention spans the cache up to its last used cell. A parked slot keeps
+//! its tokens for matching, and a prompt that continues it gets the cells
+//! back by a copy, not a prefill.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -22,6 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -38,7 +46,9 @@ use crate::engine::{
 };
 use crate::error::EngineError;
 use crate::format::ChatFormat;
-use crate::prefix::{common_prefix, destination_rank, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
+use crate::prefix::{
+    common_prefix, destination_rank, parked_to_drop, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS,
+};
 use crate::sampling::{CompiledGrammar, Sampler};
 use crate::saved_prefix::SavedPrefix;
 use crate::template::ChatTemplate;
@@ -241,6 +251,9 @@ struct Slot {
     /// rest it generated): a new prompt that leaves the cache before this
     /// point is another conversation sharing a prefix, not the next turn.
     prompt_end: usize,
+    /// The cells of an idle slot, moved to host memory; `cells` is empty
+    /// meanwhile and `cache` still lists the tokens.
+    parked: Option<SeqState>,
 }
 
 impl Slot {
@@ -308,6 +321,7 @@ impl<'m> Executor<'m> {
                     last_used: 0,
                     keeps_prefix: i == n_parallel,
                     prompt_end: 0,
+                    parked: None,
                 })
                 .collect(),
             queue: VecDeque::new(),
@@ -444,12 +458,14 @@ impl<'m> Executor<'m> {
         slot.cells.clear();
         slot.cache.clear();
         slot.prompt_end = 0;
+        slot.parked = None;
         freed
     }
 
     /// Makes slot `to` hold the first `n` cached tokens of slot `from`,
     /// sharing their cells. Returns whether it did.
     fn copy_prefix(&mut self, from: usize, to: usize, n: usize) -> bool {
+        let n = n.min(self.slots[from].cells.len());
         self.clear_slot(to);
         let (src, dst) = (self.slots[from].seq, self.slots[to].seq);
         if self.ctx.copy_kv_cache_seq(src, dst, Some(0), Some(n as u32)).is_err() {
@@ -465,6 +481,47 @@ impl<'m> Executor<'m> {
 
     fn prefix_slot(&self) -> usize {
         self.slots.len() - 1
+    }
+
+    /// Parks every idle slot that still has cells (not the shared-prefix
+    /// sequence, which running requests copy from), then drops the oldest
+    /// parked states past [`crate::prefix::MAX_PARKED_TOKENS_PER_CTX`].
+    fn park_idle(&mut self) {
+        for slot in &mut self.slots {
+            if slot.active.is_some() || slot.keeps_prefix || slot.cells.is_empty() {
+                continue;
+            }
+            let Ok(state) = self.ctx.state_seq_get(slot.seq, LlamaStateSeqFlags::empty()) else { continue };
+            let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+            self.ledger.release(&slot.cells);
+            slot.cells.clear();
+            slot.parked = Some(state);
+        }
+        let parked: Vec<(usize, usize, u64)> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].parked.is_some())
+            .map(|i| (i, self.slots[i].cache.len(), self.slots[i].last_used))
+            .collect();
+        for index in parked_to_drop(&parked, self.n_ctx) {
+            let slot = &mut self.slots[index];
+            slot.parked = None;
+            slot.cache.clear();
+            slot.prompt_end = 0;
+        }
+    }
+
+    /// Gives a parked slot its cells back; when they do not fit, the slot
+    /// forgets them instead.
+    fn unpark(&mut self, index: usize) {
+        let Some(state) = self.slots[index].parked.take() else { return };
+        let slot = &mut self.slots[index];
+        let fits = self.ledger.used() + slot.cache.len() <= self.n_ctx;
+        if fits && self.ctx.state_seq_set(&state, slot.seq).is_ok() {
+            self.ledger.add(&mut slot.cells, slot.cache.len());
+        } else {
+            let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+            slot.cache.clear();
+            slot.prompt_end = 0;
+        }
     }
 
     /// Moves queued requests into free slots. Each goes to the free slot that
@@ -491,9 +548,10 @@ impl<'m> Executor<'m> {
                 })
                 .collect();
             let chosen = if self.sharing {
-                free.iter()
-                    .copied()
-                    .min_by_key(|&i| destination_rank(self.slots[i].cache.len(), reuse[i], self.slots[i].last_used))
+                free.iter().copied().min_by_key(|&i| {
+                    let slot = &self.slots[i];
+                    destination_rank(slot.cache.len(), reuse[i], slot.prompt_end, slot.last_used)
+                })
             } else {
                 free.iter().copied().max_by_key(|&i| (reuse[i], std::cmp::Reverse(self.slots[i].last_used)))
             };
@@ -525,6 +583,10 @@ impl<'m> Executor<'m> {
     /// when `donor` is given, the prefix that slot holds.
     fn start(&mut self, index: usize, donor: Option<usize>, queued: Queued) {
         self.clock += 1;
+        self.unpark(index);
+        if let Some(donor) = donor {
+            self.unpark(donor);
+        }
         let partial_ok = self.partial_removal_ok;
         let source_prompt_end = self.slots[donor.unwrap_or(index)].prompt_end;
         let source = &self.slots[donor.unwrap_or(index)].cache;
@@ -592,6 +654,7 @@ impl<'m> Executor<'m> {
             started: Instant::now(),
             first_token: None,
         });
+        self.park_idle();
     }
 
     /// Slot `index` holds a prefix another conversation shares: the sequence

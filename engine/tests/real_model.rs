@@ -308,3 +308,40 @@ async fn a_shared_prefix_is_kept_from_min_shared_prefix_tokens() {
         assert_eq!(!saved_files(dir.path()).is_empty(), kept, "shared prefix of {n} tokens");
     }
 }
+
+#[tokio::test]
+async fn a_parked_conversation_gets_its_cells_back_on_its_next_turn() {
+    let engine = start(3);
+    let system = ChatMessage::new(Role::System, "You are a helpful assistant.");
+    let question = ChatMessage::new(Role::User, "What is the capital of France?");
+    let first = GenerateRequest {
+        prompt: prompt(&engine, &[system.clone(), question.clone()]),
+        sampling: greedy(),
+        max_tokens: Some(32),
+        ..Default::default()
+    };
+    let (answer, _, first) = generate(&engine, first).await;
+    // Another conversation starts: the first one's idle slot is parked.
+    let other = GenerateRequest {
+        prompt: prompt(&engine, &[ChatMessage::new(Role::User, "Name a colour.")]),
+        sampling: greedy(),
+        max_tokens: Some(4),
+        ..Default::default()
+    };
+    generate(&engine, other).await;
+    let messages =
+        [system, question, ChatMessage::new(Role::Assistant, answer), ChatMessage::new(Role::User, "And of Italy?")];
+    let next = GenerateRequest {
+        prompt: prompt(&engine, &messages),
+        sampling: greedy(),
+        max_tokens: Some(16),
+        ..Default::default()
+    };
+    let (text, _, second) = generate(&engine, next.clone()).await;
+    let previous = first.prompt_n + first.predicted_n;
+    assert!(second.cache_n * 10 >= previous * 9, "the parked turn came back with {} of {previous}", second.cache_n);
+    assert_eq!(second.copied_n, 0, "its own cells, not a copy: {second:?}");
+    let fresh = start(1);
+    let (expected, _, _) = generate(&fresh, next).await;
+    assert_eq!(text, expected);
+}
