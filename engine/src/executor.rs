@@ -583,6 +583,14 @@ impl<'m> Executor<'m> {
     /// when `donor` is given, the prefix that slot holds.
     fn start(&mut self, index: usize, donor: Option<usize>, queued: Queued) {
         self.clock += 1;
+        let own = &self.slots[index].cache;
+        if self.slots[index].parked.is_some()
+            && common_prefix(own.tokens(), &queued.tokens) == 0
+            && own.text_match(queued.text.as_bytes()).0 == 0
+        {
+            // Nothing of it is reused: its parked cells are dropped, not restored.
+            self.clear_slot(index);
+        }
         self.unpark(index);
         if let Some(donor) = donor {
             self.unpark(donor);

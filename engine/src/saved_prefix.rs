@@ -5,9 +5,11 @@
 //! block; the engine keeps that prefix in a sequence of its own (see
 //! `executor`) and, with `--prefix-cache DIR`, writes it to two files in DIR
 //! whenever it changes: llama.cpp's own sequence state (the KV cells and the
-//! tokens) and a small JSON record of what it is for. At start-up the record
-//! is read first; a prefix saved for another model file or chat template is
-//! ignored with a log line, and so is one whose state llama.cpp refuses.
+//! tokens) and a small JSON record of what it is for, with the state's
+//! SHA-256. At start-up the record is read first; a prefix saved for another
+//! model file or chat template is ignored with a log line, and so is a state
+//! whose digest differs (cut short, damaged or replaced: llama.cpp's reader
+//! checks shapes, not contents, so it only ever gets back bytes it wrote).
 //!
 //! The folder is the operator's, named in the configuration; nothing a request
 //! or a sandboxed command sends ever shapes these paths.
@@ -39,6 +41,8 @@ struct Record {
     template: String,
     /// Tokens in the prefix.
     tokens: usize,
+    /// SHA-256 of the state file.
+    state: String,
     /// SHA-256 of the prefix's text, when its text is known.
     block: Option<String>,
     /// The prefix's text, so later prompts can be matched against it by text.
@@ -81,18 +85,19 @@ impl SavedPrefix {
     /// both new ones are complete.
     pub fn save(&self, ctx: &LlamaContext<'_>, seq: i32, tokens: &[LlamaToken], text: Option<&[u8]>) {
         let text = text.and_then(|t| std::str::from_utf8(t).ok());
-        let record = Record {
-            format: FORMAT,
-            model: self.model.clone(),
-            template: self.template.clone(),
-            tokens: tokens.len(),
-            block: text.map(|t| hex(&Sha256::digest(t.as_bytes()))),
-            text: text.map(str::to_owned),
-        };
         let state_part = self.state.with_extension("kv.part");
         let record_part = self.record.with_extension("json.part");
         let written =
             ctx.state_seq_save_file(&state_part, seq, tokens).map_err(|err| err.to_string()).and_then(|bytes| {
+                let record = Record {
+                    format: FORMAT,
+                    model: self.model.clone(),
+                    template: self.template.clone(),
+                    tokens: tokens.len(),
+                    state: file_digest(&state_part).map_err(|err| err.to_string())?,
+                    block: text.map(|t| hex(&Sha256::digest(t.as_bytes()))),
+                    text: text.map(str::to_owned),
+                };
                 let json = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
                 std::fs::write(&record_part, json).map_err(|err| err.to_string())?;
                 std::fs::rename(&state_part, &self.state).map_err(|err| err.to_string())?;
@@ -145,6 +150,10 @@ impl SavedPrefix {
             tracing::info!(path = %self.record.display(), "the saved prefix is for {what}; ignored");
             return None;
         }
+        if file_digest(&self.state).ok().as_deref() != Some(record.state.as_str()) {
+            tracing::warn!(path = %self.state.display(), "the saved prefix's state is not the one its record describes (cut short or changed); ignored");
+            return None;
+        }
         let (tokens, bytes) = match ctx.state_seq_load_file(&self.state, seq, record.tokens) {
             Ok(loaded) => loaded,
             Err(err) => {
@@ -176,6 +185,12 @@ fn model_identity(path: &Path) -> std::io::Result<String> {
     file.seek(SeekFrom::Start(len.saturating_sub(MODEL_ID_BYTES)))?;
     file.take(MODEL_ID_BYTES).read_to_end(&mut buf)?;
     hasher.update(&buf);
+    Ok(hex(&hasher.finalize()))
+}
+
+fn file_digest(path: &Path) -> std::io::Result<String> {
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut File::open(path)?, &mut hasher)?;
     Ok(hex(&hasher.finalize()))
 }
 

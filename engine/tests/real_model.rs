@@ -279,9 +279,25 @@ async fn the_shared_prefix_survives_a_restart_and_is_ignored_for_another_model()
     let model = value["model"].as_str().unwrap_or_default().to_string();
     assert_eq!(model.len(), 64, "record: {text}");
     std::fs::write(&record, text.replace(&model, &"0".repeat(64))).unwrap_or_else(|err| panic!("{err}"));
-    let (engine, _exit) = start_saving(dir.path());
+    let (engine, exit) = start_saving(dir.path());
     let (_, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
     assert_eq!(timings.copied_n, 0, "a prefix saved for another model was used: {timings:?}");
+    drop(engine);
+    let _ = exit.await;
+
+    // A state file that is not the one saved (cut short, then garbage) behind
+    // a valid record: its digest differs, so llama.cpp never reads it, and the
+    // engine serves.
+    std::fs::write(&record, &text).unwrap_or_else(|err| panic!("{err}"));
+    let state = dir.path().join(files.iter().find(|f| f.ends_with(".kv")).map_or("", String::as_str));
+    let mut bytes = std::fs::read(&state).unwrap_or_default();
+    bytes.truncate(bytes.len() / 2);
+    bytes.iter_mut().skip(64).step_by(7).for_each(|b| *b = 0xA5);
+    std::fs::write(&state, &bytes).unwrap_or_else(|err| panic!("{err}"));
+    let (engine, _exit) = start_saving(dir.path());
+    let (answer, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
+    assert_eq!(timings.copied_n, 0, "a broken saved prefix was used: {timings:?}");
+    assert_eq!(answer, expected);
 }
 
 /// Two raw prompts that share exactly `n` tokens, then differ.
