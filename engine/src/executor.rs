@@ -483,12 +483,12 @@ impl<'m> Executor<'m> {
         self.slots.len() - 1
     }
 
-    /// Parks every idle slot that still has cells (not the shared-prefix
-    /// sequence, which running requests copy from), then drops the oldest
-    /// parked states past [`crate::prefix::MAX_PARKED_TOKENS_PER_CTX`].
-    fn park_idle(&mut self) {
-        for slot in &mut self.slots {
-            if slot.active.is_some() || slot.keeps_prefix || slot.cells.is_empty() {
+    /// Parks every idle slot that still has cells, except `spared` and the
+    /// shared-prefix sequence (which running requests copy from), then drops
+    /// the oldest parked states past [`crate::prefix::MAX_PARKED_TOKENS_PER_CTX`].
+    fn park_idle(&mut self, spared: &[usize]) {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if slot.active.is_some() || slot.keeps_prefix || slot.cells.is_empty() || spared.contains(&index) {
                 continue;
             }
             let Ok(state) = self.ctx.state_seq_get(slot.seq, LlamaStateSeqFlags::empty()) else { continue };
@@ -591,6 +591,11 @@ impl<'m> Executor<'m> {
             // Nothing of it is reused: its parked cells are dropped, not restored.
             self.clear_slot(index);
         }
+        // The other idle slots go first, so the cells restored next (and this
+        // prompt's) can take the lowest free cells: the attention of every
+        // step spans the cache up to its highest used cell.
+        let spared: Vec<usize> = std::iter::once(index).chain(donor).collect();
+        self.park_idle(&spared);
         self.unpark(index);
         if let Some(donor) = donor {
             self.unpark(donor);
@@ -662,7 +667,8 @@ impl<'m> Executor<'m> {
             started: Instant::now(),
             first_token: None,
         });
-        self.park_idle();
+        // The donor, if idle, has given what it had to give.
+        self.park_idle(&[]);
     }
 
     /// Slot `index` holds a prefix another conversation shares: the sequence
