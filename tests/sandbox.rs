@@ -135,14 +135,16 @@ fn tmp_is_private_and_background_children_die_with_the_call() {
         "a file written to /tmp inside the sandbox is visible on the host"
     );
 
-    let (code, stdout, _) = sandboxed(&setup, "code-exec", &["/bin/bash", "-c", "sleep 300 & echo $!"]);
+    // An odd duration, so `pgrep` finds this child and no other sleep on the
+    // machine.
+    let (code, stdout, _) = sandboxed(&setup, "code-exec", &["/bin/bash", "-c", "sleep 299.37 & echo $!"]);
     assert_eq!(code, 0);
     assert!(!stdout.trim().is_empty());
     // The namespace's teardown is asynchronous: wait (up to 10 s on a
     // loaded machine) for the child to be gone, not a fixed moment.
     let mut survivors = Vec::new();
     for _ in 0..100 {
-        survivors = Command::new("pgrep").args(["-x", "-f", "sleep 300"]).output().unwrap().stdout;
+        survivors = Command::new("pgrep").args(["-x", "-f", "sleep 299.37"]).output().unwrap().stdout;
         if survivors.is_empty() {
             break;
         }

@@ -213,7 +213,9 @@ async fn shell_recoveries_and_state_across_calls() {
 
 #[actix_web::test]
 async fn a_client_that_leaves_mid_command_takes_its_workspace_along() {
-    let outputs = vec![call("shell", json!({"command": "echo started; sleep 60"})), "never".to_string()];
+    // An odd duration, so `pgrep` finds this command and no other on the
+    // machine (a `sleep 600` elsewhere would match "sleep 60").
+    let outputs = vec![call("shell", json!({"command": "echo started; sleep 59.71"})), "never".to_string()];
     let harness = harness(outputs).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Run it."}], "stream": true});
@@ -221,18 +223,21 @@ async fn a_client_that_leaves_mid_command_takes_its_workspace_along() {
         test::call_service(&app, test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request())
             .await;
     // Wait until the command runs, then drop the response: the client is gone.
+    let mut running = false;
     for _ in 0..200 {
         if workspaces(harness.base.path()) == 1
-            && !Command::new("pgrep").args(["-f", "sleep 60"]).output().unwrap().stdout.is_empty()
+            && !Command::new("pgrep").args(["-x", "-f", "sleep 59.71"]).output().unwrap().stdout.is_empty()
         {
+            running = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert!(running, "the command never started, so its end would prove nothing");
     drop(response);
     let mut gone = false;
     for _ in 0..200 {
-        let sleeping = Command::new("pgrep").args(["-f", "sleep 60"]).output().unwrap().stdout;
+        let sleeping = Command::new("pgrep").args(["-x", "-f", "sleep 59.71"]).output().unwrap().stdout;
         if workspaces(harness.base.path()) == 0 && sleeping.is_empty() {
             gone = true;
             break;
