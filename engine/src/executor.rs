@@ -646,9 +646,6 @@ impl<'m> Executor<'m> {
             self.keep_shared_prefix(index);
         }
         let slot = &mut self.slots[index];
-        if keep == 0 {
-            slot.cache.clear();
-        }
         slot.prompt_end = prompt.len();
         let cache_n = keep;
         slot.last_used = self.clock;

@@ -87,6 +87,18 @@ impl SavedPrefix {
         let text = text.and_then(|t| std::str::from_utf8(t).ok());
         let state_part = self.state.with_extension("kv.part");
         let record_part = self.record.with_extension("json.part");
+        // llama.cpp opens the state file by name and follows links, and so
+        // does `fs::write`: whatever sits at either name (a file left by a
+        // crash, or a link planted there) is unlinked first, which removes
+        // the link itself, so each file is always created anew.
+        for part in [&state_part, &record_part] {
+            if let Err(err) = std::fs::remove_file(part) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %part.display(), error = %err, "cannot save the shared prefix");
+                    return;
+                }
+            }
+        }
         let written =
             ctx.state_seq_save_file(&state_part, seq, tokens).map_err(|err| err.to_string()).and_then(|bytes| {
                 let record = Record {

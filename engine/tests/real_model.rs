@@ -157,13 +157,13 @@ fn long_system() -> ChatMessage {
     ChatMessage::new(Role::System, format!("You are a helpful assistant. {}", rules.join(" ")))
 }
 
+/// A greedy request for `prompt`, generating at most `max_tokens`.
+fn greedy_request(prompt: String, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest { prompt, sampling: greedy(), max_tokens: Some(max_tokens), ..Default::default() }
+}
+
 fn ask(engine: &Engine, question: &str, max_tokens: u32) -> GenerateRequest {
-    GenerateRequest {
-        prompt: prompt(engine, &[long_system(), ChatMessage::new(Role::User, question)]),
-        sampling: greedy(),
-        max_tokens: Some(max_tokens),
-        ..Default::default()
-    }
+    greedy_request(prompt(engine, &[long_system(), ChatMessage::new(Role::User, question)]), max_tokens)
 }
 
 #[tokio::test]
@@ -330,29 +330,14 @@ async fn a_parked_conversation_gets_its_cells_back_on_its_next_turn() {
     let engine = start(3);
     let system = ChatMessage::new(Role::System, "You are a helpful assistant.");
     let question = ChatMessage::new(Role::User, "What is the capital of France?");
-    let first = GenerateRequest {
-        prompt: prompt(&engine, &[system.clone(), question.clone()]),
-        sampling: greedy(),
-        max_tokens: Some(32),
-        ..Default::default()
-    };
+    let first = greedy_request(prompt(&engine, &[system.clone(), question.clone()]), 32);
     let (answer, _, first) = generate(&engine, first).await;
     // Another conversation starts: the first one's idle slot is parked.
-    let other = GenerateRequest {
-        prompt: prompt(&engine, &[ChatMessage::new(Role::User, "Name a colour.")]),
-        sampling: greedy(),
-        max_tokens: Some(4),
-        ..Default::default()
-    };
+    let other = greedy_request(prompt(&engine, &[ChatMessage::new(Role::User, "Name a colour.")]), 4);
     generate(&engine, other).await;
     let messages =
         [system, question, ChatMessage::new(Role::Assistant, answer), ChatMessage::new(Role::User, "And of Italy?")];
-    let next = GenerateRequest {
-        prompt: prompt(&engine, &messages),
-        sampling: greedy(),
-        max_tokens: Some(16),
-        ..Default::default()
-    };
+    let next = greedy_request(prompt(&engine, &messages), 16);
     let (text, _, second) = generate(&engine, next.clone()).await;
     let previous = first.prompt_n + first.predicted_n;
     assert!(second.cache_n * 10 >= previous * 9, "the parked turn came back with {} of {previous}", second.cache_n);
@@ -360,4 +345,37 @@ async fn a_parked_conversation_gets_its_cells_back_on_its_next_turn() {
     let fresh = start(1);
     let (expected, _, _) = generate(&fresh, next).await;
     assert_eq!(text, expected);
+}
+
+#[tokio::test]
+async fn links_planted_where_the_prefix_is_written_are_replaced_not_followed() {
+    let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+    // A first save tells the file names.
+    let (engine, exit) = start_saving(dir.path());
+    generate(&engine, ask(&engine, "Hello.", 4)).await;
+    generate(&engine, ask(&engine, "Good morning.", 4)).await;
+    drop(engine);
+    let _ = exit.await;
+    let files = saved_files(dir.path());
+    assert_eq!(files.len(), 2, "saved: {files:?}");
+    // Someone who could write here plants links at the names the next save
+    // writes through, pointing at a file elsewhere.
+    let elsewhere = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+    let victim = elsewhere.path().join("victim");
+    std::fs::write(&victim, b"untouched").unwrap_or_else(|err| panic!("{err}"));
+    for name in &files {
+        let path = dir.path().join(name);
+        std::fs::remove_file(&path).unwrap_or_else(|err| panic!("{err}"));
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!("{name}.part")))
+            .unwrap_or_else(|err| panic!("{err}"));
+    }
+    let (engine, _exit) = start_saving(dir.path());
+    generate(&engine, ask(&engine, "Hello.", 4)).await;
+    generate(&engine, ask(&engine, "Good morning.", 4)).await;
+    assert_eq!(std::fs::read(&victim).unwrap_or_default(), b"untouched");
+    assert_eq!(saved_files(dir.path()), files);
+    for name in &files {
+        let meta = std::fs::symlink_metadata(dir.path().join(name)).unwrap_or_else(|err| panic!("{err}"));
+        assert!(meta.file_type().is_file(), "{name} is not a plain file");
+    }
 }
