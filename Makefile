@@ -16,16 +16,18 @@ FEATURES := $(if $(GPU),--features $(GPU))
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
 
-.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps model test-models lint llama-server
+.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps model test-models lint llama-server lb-deps
 
 run: deps model build
 	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
 
-test: deps test-models $(VENV)/.installed browser-deps agent-deps lint
+# The upstream tests front real llama-servers: the one `make bench` builds
+# and caches under ~/.cache/skillhost (built here when it is missing).
+test: deps test-models $(VENV)/.installed browser-deps agent-deps llama-server lb-deps lint
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release
-	$(VENV)/bin/python -m pytest -q tests/python
-	node $(BROWSER_TESTS)/webui.mjs
+	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python
+	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) node $(BROWSER_TESTS)/webui.mjs
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -46,6 +48,10 @@ soak: deps model build $(VENV)/.installed
 # Side by side with llama.cpp's llama-server, built once into ~/.cache/skillhost.
 bench: deps model llama-server
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh) $(CARGO) run --release -p skillhost-bench
+
+# The replica test runs the HAProxy configuration in deploy/.
+lb-deps:
+	@command -v haproxy >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y haproxy; }
 
 llama-server:
 	@command -v cmake >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y cmake; }

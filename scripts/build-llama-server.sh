@@ -4,6 +4,7 @@
 # cache outside the clone. Prints the binary's path; does nothing more when
 # that binary is already there.
 #   scripts/build-llama-server.sh            build (or find) it
+#   scripts/build-llama-server.sh --path     print where it is (or will be)
 # The sdist is the newest on PyPI, whose llama.cpp is the closest to the one
 # llama-cpp-sys-2 vendors (ours is a little newer; the bench prints both).
 # llama.cpp's defaults are kept (GGML_NATIVE, OpenMP, Release) except what
@@ -14,7 +15,7 @@ sum=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 python=${PYTHON:-python3}
 cache=${SKILLHOST_CACHE:-$HOME/.cache/skillhost}/llama-server
 binary=$cache/llama-cpp-python-$version/bin/llama-server
-if [ -x "$binary" ]; then
+if [ "${1:-}" = --path ] || [ -x "$binary" ]; then
   echo "$binary"
   exit 0
 fi

@@ -348,13 +348,28 @@ fn detail_suffix(detail: &str) -> String {
     }
 }
 
+/// The replica's header and cookie on every answer.
+fn replica_headers(replica: Option<&str>) -> actix_web::middleware::DefaultHeaders {
+    use skillhost_actors::replica;
+    let Some(id) = replica else { return actix_web::middleware::DefaultHeaders::new() };
+    actix_web::middleware::DefaultHeaders::new()
+        .add((replica::HEADER, id.to_string()))
+        .add(("set-cookie", format!("{}={id}; Path=/; SameSite=Lax; HttpOnly", replica::COOKIE)))
+}
+
 async fn serve(config: ServeConfig) -> Result<(), String> {
+    if let Some(id) = &config.replica_id {
+        skillhost_actors::replica::set(id);
+    }
     log_capabilities(&config);
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
     let (exec, artifacts, _own_folders) = exec_runtime(&config).await?;
     let server = Server::start(ServerConfig {
-        model: ModelSource::Load(config.engine.clone()),
+        model: match &config.remote {
+            Some(remote) => ModelSource::Remote(remote.clone()),
+            None => ModelSource::Load(config.engine.clone()),
+        },
         skills: config.skills.clone(),
         loop_settings: config.loop_settings,
         exec,
@@ -384,7 +399,13 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
     let http_server = HttpServer::new(move || {
         // The app factory runs once on each worker thread as it starts.
         sched::mark_as_batch_work();
-        App::new().app_data(state.clone()).configure(http::configure)
+        // Each answer names the replica, so a load balancer can keep a
+        // client's conversation on the replica that holds its workspace.
+        let replica = replica_headers(config.replica_id.as_deref());
+        App::new()
+            .wrap(actix_web::middleware::Condition::new(config.replica_id.is_some(), replica))
+            .app_data(state.clone())
+            .configure(http::configure)
     })
     .on_connect(http::peer::on_connect)
     .bind((config.host, config.port))

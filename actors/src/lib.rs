@@ -21,6 +21,7 @@
 pub mod artifacts;
 pub mod chat_loop;
 pub mod model;
+pub mod replica;
 pub mod request;
 pub mod sandbox;
 pub mod server;

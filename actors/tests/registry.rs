@@ -174,6 +174,20 @@ fn layouts_depth_collisions_links_and_broken_skills() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_rescans_after_changes() {
+    assert!(sees_a_new_skill(true, None).await, "the watcher never rescanned");
+}
+
+/// `--skills-poll`: no file events (as on NFS, where another machine's
+/// writes raise none here), yet the registry sees a new skill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_rescans_without_file_events() {
+    let poll = Some(std::time::Duration::from_secs(1));
+    assert!(sees_a_new_skill(false, poll).await, "the poller never rescanned");
+}
+
+/// Starts a registry on an empty root, writes a skill, and says whether the
+/// registry came to list it.
+async fn sees_a_new_skill(watch: bool, poll: Option<std::time::Duration>) -> bool {
     use skillhost_actors::skills::SkillsConfig;
     use skillhost_actors::{Server, ServerConfig};
     use skillhost_engine::EngineConfig;
@@ -183,16 +197,11 @@ async fn watch_rescans_after_changes() {
     let skills = SkillsConfig {
         roots: vec![Root { path: root.clone(), origin: Origin::Discovered }],
         install_dir: None,
-        watch: true,
+        watch,
+        poll,
     };
     // No model is needed for the registry; a missing file just fails to load.
-    let engine = EngineConfig {
-        model_path: dir.path().join("none.gguf"),
-        n_ctx: None,
-        n_parallel: 1,
-        n_threads: None,
-        ..Default::default()
-    };
+    let engine = EngineConfig { model_path: dir.path().join("none.gguf"), n_parallel: 1, ..Default::default() };
     let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();
     let handle = server.skills().unwrap().clone();
     assert!(handle.snapshot().skills.is_empty());
@@ -206,8 +215,8 @@ async fn watch_rescans_after_changes() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(seen, "the watcher never rescanned");
     server.shutdown();
+    seen
 }
 
 #[test]

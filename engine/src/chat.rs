@@ -91,3 +91,15 @@ pub enum ResponseFormat {
     /// JSON valid against this schema.
     JsonSchema(serde_json::Value),
 }
+
+/// One round's conversation as data, for an upstream that renders prompts
+/// itself (an OpenAI-compatible chat endpoint): what the local formats turn
+/// into prompt text, sent as messages and tool declarations instead.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatPayload {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolDef>,
+    pub tool_choice: ToolChoice,
+    pub parallel_tool_calls: bool,
+    pub response_format: ResponseFormat,
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::chat::{ChatPayload, ToolCall};
 use crate::error::EngineError;
 use crate::executor;
 use crate::format::{ChatFormat, GrammarSpec};
@@ -69,6 +70,12 @@ pub struct GenerateRequest {
     pub max_tokens: Option<u32>,
     pub stops: Vec<String>,
     pub grammar: Option<GrammarSpec>,
+    /// Which conversation this is (a hash of its leading messages): an
+    /// upstream fleet sends every round of it to the same upstream, where
+    /// its prefix is cached. The local engine finds prefixes itself.
+    pub affinity: Option<u64>,
+    /// The conversation as data, for an upstream in chat mode.
+    pub chat: Option<Arc<ChatPayload>>,
 }
 
 /// Why a sequence ended.
@@ -119,6 +126,9 @@ pub enum GenerationEvent {
     /// Text generated since the last event; never splits a character or leaks
     /// part of a stop string.
     Text(String),
+    /// Tool calls an upstream in chat mode returned as data (the local
+    /// engine's calls are in its text). Sent before `Finished`.
+    ToolCalls(Vec<ToolCall>),
     /// The sequence ended normally.
     Finished { reason: FinishReason, timings: Timings },
     /// The sequence ended with an error.
@@ -130,7 +140,8 @@ pub enum GenerationEvent {
 #[derive(Debug)]
 pub struct Submitted {
     pub events: mpsc::UnboundedReceiver<GenerationEvent>,
-    /// Tokens in the prompt (reused and decoded).
+    /// Tokens in the prompt (reused and decoded); 0 when only the end
+    /// tells (an upstream), and then `cache_n + prompt_n` of the timings.
     pub n_prompt: usize,
 }
 
@@ -142,6 +153,8 @@ pub struct EngineStats {
     /// Requests whose receiver went away before they finished (client
     /// disconnects and cancellations).
     pub cancelled: AtomicUsize,
+    /// Each upstream's counters, when generation goes to upstream servers.
+    pub upstreams: Vec<Arc<crate::remote::UpstreamStats>>,
 }
 
 /// Messages to the engine thread.
@@ -309,7 +322,7 @@ pub const GRAMMAR_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// Converts a schema on a thread of its own: off the engine thread (a large
 /// schema takes a while), at idle priority, and with a stack deep enough for
 /// any schema the bounds admit.
-async fn convert_grammar(spec: GrammarSpec) -> Result<CompiledGrammar, EngineError> {
+pub(crate) async fn convert_grammar(spec: GrammarSpec) -> Result<CompiledGrammar, EngineError> {
     let (done, result) = oneshot::channel();
     std::thread::Builder::new()
         .name("grammar".into())

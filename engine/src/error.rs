@@ -22,4 +22,11 @@ pub enum EngineError {
     /// requests end with this error; the supervisor restarts the engine.
     #[error("the model engine stopped unexpectedly")]
     Stopped,
+    /// No upstream server could take the request, or one failed while it
+    /// streamed (HTTP 503).
+    #[error("{0}")]
+    Upstream(String),
+    /// An upstream server refused the request as malformed (HTTP 400).
+    #[error("the upstream server refused the request: {0}")]
+    UpstreamRefused(String),
 }

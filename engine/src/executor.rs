@@ -167,6 +167,19 @@ pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContext
         .with_n_threads_batch(threads)
 }
 
+/// Reads a GGUF's metadata and vocabulary, never its weights: the chat
+/// format and a tokenizer for a model that runs on upstream servers.
+pub(crate) fn vocabulary(path: &std::path::Path) -> Result<(ModelInfo, Arc<Tokenizer>), EngineError> {
+    let load_error = |reason: String| EngineError::Load { path: path.display().to_string(), reason };
+    let backend = backend().map_err(load_error)?;
+    let params = llama_cpp_2::model::params::LlamaModelParams::default().with_vocab_only(true);
+    let model = LlamaModel::load_from_file(backend, path, &params).map_err(|err| load_error(err.to_string()))?;
+    let model = Arc::new(model);
+    let config = EngineConfig { model_path: path.to_path_buf(), ..EngineConfig::default() };
+    let info = model_info(&model, &config, model.n_ctx_train(), 1)?;
+    Ok((info, Arc::new(Tokenizer::new(model))))
+}
+
 fn model_info(
     model: &LlamaModel,
     config: &EngineConfig,

@@ -3,7 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::chat::{ChatMessage, ResponseFormat, Role, ToolChoice, ToolDef};
+use std::sync::Arc;
+
+use crate::chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolChoice, ToolDef};
 use crate::template::{ChatTemplate, TemplateError, TemplateSource};
 use crate::tool_calls::ToolFamily;
 
@@ -45,6 +47,17 @@ pub fn capabilities(template: &ChatTemplate) -> Capabilities {
     }
 }
 
+/// Whether a prepared prompt carries the conversation as data as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passing {
+    /// Only the rendered text (the local engine, completion upstreams).
+    Text,
+    /// The text and the conversation: some upstreams render for themselves.
+    Both,
+    /// Only the conversation: every upstream renders for itself.
+    Conversation,
+}
+
 /// A chat request as the model-specific layer needs it.
 #[derive(Debug, Clone, Copy)]
 pub struct Conversation<'a> {
@@ -81,6 +94,8 @@ pub struct PreparedPrompt {
     pub stops: Vec<String>,
     /// The parser for tool calls, when tools are in play.
     pub tool_family: Option<ToolFamily>,
+    /// The round's conversation as data, for an upstream in chat mode.
+    pub chat: Option<Arc<ChatPayload>>,
 }
 
 /// Why a conversation cannot be turned into a prompt. All are the caller's fault.
@@ -109,12 +124,37 @@ pub enum FormatError {
 pub struct ChatFormat {
     template: ChatTemplate,
     capabilities: Capabilities,
+    passing: Passing,
 }
 
 impl ChatFormat {
     pub fn new(template: ChatTemplate) -> Self {
         let capabilities = capabilities(&template);
-        ChatFormat { template, capabilities }
+        ChatFormat { template, capabilities, passing: Passing::Text }
+    }
+
+    /// The format of a fleet of chat-mode upstreams: nothing is rendered
+    /// here, and tool calls come back as data.
+    pub fn upstream_chat() -> Result<Self, TemplateError> {
+        let template = ChatTemplate::upstream()?;
+        let capabilities = Capabilities {
+            template: TemplateSource::Upstream,
+            tool_family: ToolFamily::Generic,
+            template_declares_tools: true,
+            tools: true,
+        };
+        Ok(ChatFormat { template, capabilities, passing: Passing::Conversation })
+    }
+
+    /// This format, with the conversation attached to every prompt (a fleet
+    /// that mixes completion and chat upstreams).
+    pub fn passing_conversation(mut self) -> Self {
+        self.passing = Passing::Both;
+        self
+    }
+
+    pub fn passing(&self) -> Passing {
+        self.passing
     }
 
     pub fn capabilities(&self) -> &Capabilities {
@@ -127,6 +167,42 @@ impl ChatFormat {
 
     /// Renders the prompt and chooses the constraint and parser.
     pub fn prepare(&self, conversation: &Conversation<'_>) -> Result<PreparedPrompt, FormatError> {
+        let chat = (self.passing != Passing::Text).then(|| {
+            Arc::new(ChatPayload {
+                messages: conversation.messages.to_vec(),
+                tools: if *conversation.tool_choice == ToolChoice::None {
+                    Vec::new()
+                } else {
+                    conversation.tools.to_vec()
+                },
+                tool_choice: conversation.tool_choice.clone(),
+                parallel_tool_calls: conversation.parallel_tool_calls,
+                response_format: conversation.response_format.clone(),
+            })
+        });
+        if self.passing == Passing::Conversation {
+            if let ToolChoice::Named(name) = conversation.tool_choice {
+                if !conversation.tools.iter().any(|t| &t.name == name) {
+                    return Err(FormatError::UnknownTool(name.clone()));
+                }
+            }
+            if matches!(conversation.tool_choice, ToolChoice::Required) && conversation.tools.is_empty() {
+                return Err(FormatError::NoTools("required"));
+            }
+            return Ok(PreparedPrompt {
+                text: String::new(),
+                grammar: None,
+                stops: Vec::new(),
+                tool_family: None,
+                chat,
+            });
+        }
+        let mut prepared = self.prepare_text(conversation)?;
+        prepared.chat = chat;
+        Ok(prepared)
+    }
+
+    fn prepare_text(&self, conversation: &Conversation<'_>) -> Result<PreparedPrompt, FormatError> {
         let tools_active = match conversation.tool_choice {
             ToolChoice::None => false,
             ToolChoice::Auto => !conversation.tools.is_empty(),
@@ -177,6 +253,7 @@ impl ChatFormat {
             grammar,
             stops: self.template.extra_stops().to_vec(),
             tool_family: tools_active.then_some(family),
+            chat: None,
         })
     }
 }

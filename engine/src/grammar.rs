@@ -31,6 +31,59 @@ pub fn compile(spec: &GrammarSpec) -> Result<CompiledGrammar, EngineError> {
     Ok(CompiledGrammar { gbnf, root: CALLS_RULE.into(), trigger: spec.trigger.clone() })
 }
 
+/// The grammar with its start rule named `root`, as servers that take GBNF
+/// in a request (llama-server) expect: the value rule the converter named
+/// `root` is renamed, and the calls rule becomes `root`.
+pub(crate) fn rooted(grammar: &CompiledGrammar) -> String {
+    if grammar.root == "root" {
+        return grammar.gbnf.clone();
+    }
+    rename_rule(&rename_rule(&grammar.gbnf, "root", VALUE_RULE), &grammar.root, "root")
+}
+
+/// The value rule's name once the calls rule takes `root`.
+const VALUE_RULE: &str = "skillhost-value";
+
+/// Renames every use of the rule `from` (a whole rule name, outside string
+/// literals and character classes) to `to`.
+fn rename_rule(gbnf: &str, from: &str, to: &str) -> String {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = String::with_capacity(gbnf.len());
+    let mut chars = gbnf.char_indices().peekable();
+    while let Some((start, c)) = chars.next() {
+        match c {
+            '"' | '[' => {
+                let close = if c == '"' { '"' } else { ']' };
+                out.push(c);
+                while let Some((_, d)) = chars.next() {
+                    out.push(d);
+                    if d == '\\' {
+                        if let Some((_, escaped)) = chars.next() {
+                            out.push(escaped);
+                        }
+                    } else if d == close {
+                        break;
+                    }
+                }
+            }
+            c if is_name(c) => {
+                let mut end = start + c.len_utf8();
+                while let Some(&(i, d)) = chars.peek() {
+                    if !is_name(d) {
+                        break;
+                    }
+                    end = i + d.len_utf8();
+                    chars.next();
+                }
+                let word = &gbnf[start..end];
+                out.push_str(if word == from { to } else { word });
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A GBNF string literal for `text`.
 fn literal(text: &str) -> String {
     let mut out = String::from("\"");
@@ -51,6 +104,19 @@ fn literal(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rooted_renames_whole_rule_names_outside_literals() {
+        let grammar = CompiledGrammar {
+            gbnf: "root ::= \"{\" root-name \"root\" [root] \"}\"\nroot-name ::= \"x\"\nskillhost-values ::= \"<a>\" root \"</a>\"\n".into(),
+            root: CALLS_RULE.into(),
+            trigger: None,
+        };
+        assert_eq!(
+            rooted(&grammar),
+            "skillhost-value ::= \"{\" root-name \"root\" [root] \"}\"\nroot-name ::= \"x\"\nroot ::= \"<a>\" skillhost-value \"</a>\"\n"
+        );
+    }
 
     #[test]
     fn literal_escapes() {

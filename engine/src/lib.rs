@@ -14,6 +14,7 @@
 //! - [`format`]: conversation to prompt, capabilities, tool grammars.
 //! - [`tool_calls`]: one parser per tool-call syntax.
 //! - [`chat`]: the conversation types.
+//! - [`remote`]: upstream inference servers in place of a loaded model.
 //!
 //! This crate knows nothing of skills, actors or HTTP.
 
@@ -25,6 +26,7 @@ mod executor;
 pub mod format;
 mod grammar;
 pub mod prefix;
+pub mod remote;
 pub mod sampling;
 mod saved_prefix;
 pub mod schema_limits;
@@ -33,7 +35,7 @@ pub mod text;
 mod tokenizer;
 pub mod tool_calls;
 
-pub use chat::{ChatMessage, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
+pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
 pub use engine::{
     at_idle_priority, Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent,
     ModelInfo, Submitted, Timings, LARGE_PROMPT_BYTES,
@@ -42,5 +44,6 @@ pub use error::EngineError;
 pub use executor::context_params;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
 pub use prefix::{MAX_PARKED_TOKENS_PER_CTX, MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
+pub use remote::{Remote, RemoteConfig, UpstreamConfig, UpstreamMode, UpstreamStats};
 pub use sampling::SamplingParams;
 pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

@@ -21,6 +21,8 @@ pub enum TemplateSource {
     BuiltIn(&'static str),
     /// A neutral `User:`/`Assistant:` transcript for an unknown base model.
     Plain,
+    /// None here: an upstream in chat mode renders its own prompts.
+    Upstream,
 }
 
 impl std::fmt::Display for TemplateSource {
@@ -29,6 +31,7 @@ impl std::fmt::Display for TemplateSource {
             TemplateSource::Gguf => f.write_str("the model's own chat template"),
             TemplateSource::BuiltIn(name) => write!(f, "the built-in '{name}' format (the model has no chat template)"),
             TemplateSource::Plain => f.write_str("the plain User/Assistant format (the model has no chat template)"),
+            TemplateSource::Upstream => f.write_str("the upstream's own chat template (chat mode)"),
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct ChatTemplate {
     extra_stops: Vec<String>,
 }
 
+/// The names [`ChatTemplate::named`] knows.
+pub const BUILT_IN_FORMATS: [&str; 3] = ["chatml", "gemma", "plain"];
+
 /// Built-in formats for architectures whose base models often ship without a
 /// template: the turn markers their instruction-tuned siblings were trained on.
 const GEMMA_FORMAT: &str = "{{ bos_token }}{% for m in messages %}{% set role = 'model' if m.role == 'assistant' else 'user' %}<start_of_turn>{{ role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
@@ -90,6 +96,31 @@ impl ChatTemplate {
             _ => (TemplateSource::Plain, PLAIN_FORMAT, vec!["\nUser:".into()]),
         };
         Self::compile(source, text.to_string(), bos_token, eos_token, extra_stops)
+    }
+
+    /// A built-in format by name (`chatml`, `gemma` or `plain`), for an
+    /// upstream whose template is not known here.
+    pub fn named(name: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let architecture = match name {
+            "chatml" => "qwen",
+            "gemma" => "gemma",
+            "plain" => "",
+            other => {
+                return Err(TemplateError(format!(
+                    "there is no built-in format named '{other}' (known: {})",
+                    BUILT_IN_FORMATS.join(", ")
+                )))
+            }
+        };
+        Self::for_model(None, architecture, bos_token, eos_token)
+    }
+
+    /// The placeholder of a format that renders nothing itself.
+    pub(crate) fn upstream() -> Result<Self, TemplateError> {
+        let mut template = Self::for_model(None, "", "", "")?;
+        template.source = TemplateSource::Upstream;
+        template.extra_stops.clear();
+        Ok(template)
     }
 
     fn compile(

@@ -71,6 +71,7 @@ async fn generate(engine: &Engine, request: GenerateRequest) -> (String, FinishR
             GenerationEvent::Text(delta) => text.push_str(&delta),
             GenerationEvent::Finished { reason, timings } => return (text, reason, timings),
             GenerationEvent::Failed(err) => panic!("generation failed: {err}"),
+            GenerationEvent::ToolCalls(calls) => panic!("the local engine returned calls as data: {calls:?}"),
         }
     }
     panic!("the event stream ended without a finish");
@@ -219,7 +220,7 @@ async fn requests_sharing_a_prefix_run_together_where_their_lengths_alone_would_
             match submitted.events.recv().await {
                 Some(GenerationEvent::Finished { timings, .. }) => break timings,
                 Some(GenerationEvent::Failed(err)) => panic!("{err}"),
-                Some(GenerationEvent::Text(_)) => {}
+                Some(GenerationEvent::Text(_) | GenerationEvent::ToolCalls(_)) => {}
                 None => panic!("no finish"),
             }
         };
@@ -230,7 +231,7 @@ async fn requests_sharing_a_prefix_run_together_where_their_lengths_alone_would_
         match first.events.recv().await {
             Some(GenerationEvent::Finished { reason, timings }) => break (reason, timings.predicted_n),
             Some(GenerationEvent::Failed(err)) => panic!("{err}"),
-            Some(GenerationEvent::Text(_)) => {}
+            Some(GenerationEvent::Text(_) | GenerationEvent::ToolCalls(_)) => {}
             None => panic!("no finish"),
         }
     };

@@ -19,7 +19,7 @@ use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
-use skillhost_engine::EngineConfig;
+use skillhost_engine::{EngineConfig, RemoteConfig, UpstreamConfig, UpstreamMode};
 
 pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 pub const DEFAULT_PORT: u16 = 5000;
@@ -99,6 +99,9 @@ pub struct SkillArgs {
     /// Rescan the skills roots when their files change (500 ms debounce)
     #[arg(long = "skills-watch", env = "SKILLHOST_SKILLS_WATCH")]
     pub skills_watch: bool,
+    /// Also rescan every this many seconds, for roots on NFS or other shared storage whose changes file events do not report [default: off]
+    #[arg(long = "skills-poll", env = "SKILLHOST_SKILLS_POLL")]
+    pub skills_poll: Option<u64>,
 }
 
 /// Flags of `skillhost list-skills`.
@@ -128,9 +131,21 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free port and logs it [default: 5000]
     #[arg(long, env = "SKILLHOST_PORT")]
     pub port: Option<u16>,
-    /// Path to the GGUF model file (required, here or in a config file)
+    /// Path to the GGUF model file (required unless --upstream is given)
     #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath)]
     pub model: Option<PathBuf>,
+    /// An inference server to send generation to instead of loading a model: URL[,mode=completion|chat][,weight=N][,max-concurrent=N][,model=NAME][,key-env=VAR]; repeatable
+    #[arg(long, env = "SKILLHOST_UPSTREAM")]
+    pub upstream: Vec<String>,
+    /// With --upstream: a GGUF whose chat template and vocabulary render and count prompts (its weights are not read) [default: the template from llama-server's /props]
+    #[arg(long, env = "SKILLHOST_TEMPLATE_FROM", value_hint = ValueHint::FilePath)]
+    pub template_from: Option<PathBuf>,
+    /// This replica's name when several run behind a load balancer: stamped into conversation and response ids, and sent as the skillhost_replica cookie to route by [default: none]
+    #[arg(long, env = "SKILLHOST_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// With --upstream: a built-in prompt format (chatml, gemma or plain) when no template is known
+    #[arg(long, env = "SKILLHOST_TEMPLATE_FORMAT")]
+    pub template_format: Option<String>,
     /// Requests decoded together, each in its own KV slot [default: 4]
     #[arg(long, short = 'n', env = "SKILLHOST_PARALLEL")]
     pub parallel: Option<u32>,
@@ -288,6 +303,10 @@ pub struct ServeConfig {
     pub port: u16,
     pub log_format: LogFormat,
     pub engine: EngineConfig,
+    /// Upstream servers in place of `engine`'s model, with `--upstream`.
+    pub remote: Option<RemoteConfig>,
+    /// `--replica-id`.
+    pub replica_id: Option<String>,
     /// `None` with `--no-skills`.
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
@@ -295,6 +314,74 @@ pub struct ServeConfig {
     pub access: AccessConfig,
     /// Requests that may wait for a slot; more are refused with a 503.
     pub max_queued: u32,
+}
+
+/// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
+/// often than each second is waste; less often than daily is no polling.
+pub const MIN_SKILLS_POLL_SECS: u64 = 1;
+pub const MAX_SKILLS_POLL_SECS: u64 = 86_400;
+
+/// Most upstreams one server sends to.
+pub const MAX_UPSTREAMS: usize = 64;
+/// The largest `weight=` of an upstream.
+pub const MAX_UPSTREAM_WEIGHT: u32 = 1000;
+
+/// Reads one `--upstream` value: `URL[,option=value]...`.
+pub fn parse_upstream(spec: &str) -> Result<UpstreamConfig, ConfigError> {
+    let bad = |detail: String| ConfigError(format!("--upstream {spec}: {detail}"));
+    let mut parts = spec.split(',').map(str::trim);
+    let url = parts.next().unwrap_or_default().trim_end_matches('/');
+    let host = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    if host.is_none_or(str::is_empty) {
+        return Err(bad("the URL must start with http:// or https://".into()));
+    }
+    // A base URL given with its API root (`…/v1`, as OpenAI clients take
+    // it) means the server's root: our paths add `/v1` themselves.
+    let url = url.strip_suffix("/v1").unwrap_or(url).to_string();
+    let mut config = UpstreamConfig { url, weight: 1, ..UpstreamConfig::default() };
+    for part in parts.filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            return Err(bad(format!("'{part}' is not option=value")));
+        };
+        let number =
+            |value: &str| value.parse::<u32>().map_err(|_| bad(format!("{key} must be a whole number, got '{value}'")));
+        match key {
+            "mode" => {
+                config.mode = match value {
+                    "completion" => UpstreamMode::Completion,
+                    "chat" => UpstreamMode::Chat,
+                    other => return Err(bad(format!("mode must be completion or chat, got '{other}'"))),
+                }
+            }
+            "weight" => {
+                let weight = number(value)?;
+                if !(1..=MAX_UPSTREAM_WEIGHT).contains(&weight) {
+                    return Err(bad(format!("weight must be between 1 and {MAX_UPSTREAM_WEIGHT}, got {weight}")));
+                }
+                config.weight = weight;
+            }
+            "max-concurrent" => {
+                let n = number(value)?;
+                if n == 0 {
+                    return Err(bad("max-concurrent must be at least 1".into()));
+                }
+                config.max_concurrent = Some(n);
+            }
+            "model" if !value.is_empty() => config.model = Some(value.to_string()),
+            "key-env" => {
+                // Keys stay out of flags and files that --print-config shows.
+                let key = std::env::var(value)
+                    .map_err(|_| bad(format!("the variable {value} named by key-env is not set")))?;
+                config.api_key = Some(key);
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown option '{other}' (the options are mode, weight, max-concurrent, model and key-env)"
+                )))
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// The smallest workspace size cap: a workspace must hold a few files.
@@ -324,7 +411,18 @@ impl SkillArgs {
         let cwd =
             std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
         let roots = registry_roots(Some(&install_dir), &self.skills_dir, &cwd);
-        Ok(Some(SkillsConfig { roots, install_dir: Some(install_dir), watch: self.skills_watch }))
+        let poll = match self.skills_poll {
+            None => None,
+            Some(seconds) if (MIN_SKILLS_POLL_SECS..=MAX_SKILLS_POLL_SECS).contains(&seconds) => {
+                Some(std::time::Duration::from_secs(seconds))
+            }
+            Some(seconds) => {
+                return Err(ConfigError(format!(
+                    "--skills-poll must be between {MIN_SKILLS_POLL_SECS} and {MAX_SKILLS_POLL_SECS} seconds, got {seconds}"
+                )))
+            }
+        };
+        Ok(Some(SkillsConfig { roots, install_dir: Some(install_dir), watch: self.skills_watch, poll }))
     }
 }
 
@@ -363,10 +461,22 @@ impl ServeArgs {
     /// yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
         let skills = self.skills.resolve()?;
-        let model = self.model.ok_or_else(|| {
-            ConfigError("no model given: pass --model PATH (or set 'model' in a --config file)".into())
-        })?;
-        if !model.is_file() {
+        let remote = self.resolve_upstreams()?;
+        if let Some(id) = &self.replica_id {
+            skillhost_actors::replica::check(id).map_err(ConfigError)?;
+        }
+        let model = match (self.model.clone(), &remote) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError(
+                    "--model and --upstream exclude each other: with upstreams no model is loaded here (give its GGUF as --template-from to render prompts with its template)".into(),
+                ))
+            }
+            (None, Some(_)) => PathBuf::new(),
+            (model, None) => model.ok_or_else(|| {
+                ConfigError("no model given: pass --model PATH or --upstream URL (or set 'model' or 'upstreams' in a --config file)".into())
+            })?,
+        };
+        if remote.is_none() && !model.is_file() {
             return Err(ConfigError(format!(
                 "--model: the model file {} does not exist (run `make model` for the default model)",
                 model.display()
@@ -504,12 +614,51 @@ impl ServeArgs {
                 gpu_layers: self.gpu_layers,
                 prefix_cache: self.prefix_cache,
             },
+            remote,
+            replica_id: self.replica_id.clone(),
             skills,
             loop_settings,
             exec,
             access,
             max_queued,
         })
+    }
+
+    fn resolve_upstreams(&self) -> Result<Option<RemoteConfig>, ConfigError> {
+        if self.upstream.is_empty() {
+            for (set, flag) in [
+                (self.template_from.is_some(), "--template-from"),
+                (self.template_format.is_some(), "--template-format"),
+            ] {
+                if set {
+                    return Err(ConfigError(format!("{flag} applies only with --upstream")));
+                }
+            }
+            return Ok(None);
+        }
+        if self.upstream.len() > MAX_UPSTREAMS {
+            return Err(ConfigError(format!("at most {MAX_UPSTREAMS} upstreams, got {}", self.upstream.len())));
+        }
+        let upstreams = self.upstream.iter().map(|spec| parse_upstream(spec)).collect::<Result<Vec<_>, _>>()?;
+        if let Some(path) = &self.template_from {
+            if !path.is_file() {
+                return Err(ConfigError(format!("--template-from: the file {} does not exist", path.display())));
+            }
+        }
+        if let Some(name) = &self.template_format {
+            if !skillhost_engine::template::BUILT_IN_FORMATS.contains(&name.as_str()) {
+                return Err(ConfigError(format!(
+                    "--template-format must be one of {}, got '{name}'",
+                    skillhost_engine::template::BUILT_IN_FORMATS.join(", ")
+                )));
+            }
+        }
+        Ok(Some(RemoteConfig {
+            upstreams,
+            template_from: self.template_from.clone(),
+            template_format: self.template_format.clone(),
+            n_ctx: self.ctx_size,
+        }))
     }
 }
 
@@ -660,6 +809,8 @@ mod tests {
                     n_threads: None,
                     ..Default::default()
                 },
+                remote: None,
+                replica_id: None,
                 skills: None,
                 loop_settings: LoopSettings::default(),
                 exec: ExecConfig::default(),
@@ -783,6 +934,85 @@ skills-watch: true
 ",
         );
         assert_eq!(args(vec![], vec![off]).unwrap(), None);
+    }
+
+    #[test]
+    fn upstreams_from_flags_and_files_with_each_option_at_its_limits() {
+        let dir = dir();
+        std::env::set_var("SKILLHOST_TEST_UPSTREAM_KEY", "sk-test");
+        let file = write(
+            dir.path(),
+            "u.yaml",
+            "upstreams:\n  - http://10.0.0.1:8080/\n  - url: https://api.example.com/v1\n    mode: chat\n    weight: 1000\n    max-concurrent: 1\n    model: m\n    key-env: SKILLHOST_TEST_UPSTREAM_KEY\nskills-poll: 86400\nno-skills: false\n",
+        );
+        let config = from_args(&["--config", &file.to_string_lossy(), "--ctx-size", "4096"]).unwrap();
+        let remote = config.remote.unwrap();
+        assert_eq!(
+            remote.upstreams,
+            vec![
+                UpstreamConfig { url: "http://10.0.0.1:8080".into(), weight: 1, ..UpstreamConfig::default() },
+                UpstreamConfig {
+                    url: "https://api.example.com".into(),
+                    mode: UpstreamMode::Chat,
+                    api_key: Some("sk-test".into()),
+                    model: Some("m".into()),
+                    weight: MAX_UPSTREAM_WEIGHT,
+                    max_concurrent: Some(1),
+                }
+            ]
+        );
+        assert_eq!(remote.n_ctx, Some(4096));
+        assert_eq!(config.skills.and_then(|s| s.poll), Some(std::time::Duration::from_secs(MAX_SKILLS_POLL_SECS)));
+
+        let refused = |args: &[&str]| from_args(args).err().map(|e| e.0).unwrap_or_default();
+        let past_weight = format!("http://a,weight={}", MAX_UPSTREAM_WEIGHT + 1);
+        assert_eq!(
+            refused(&["--upstream", &past_weight]),
+            format!("--upstream {past_weight}: weight must be between 1 and {MAX_UPSTREAM_WEIGHT}, got 1001")
+        );
+        assert_eq!(
+            refused(&["--upstream", "http://a,weight=0"]),
+            "--upstream http://a,weight=0: weight must be between 1 and 1000, got 0"
+        );
+        assert_eq!(
+            refused(&["--upstream", "http://a,max-concurrent=0"]),
+            "--upstream http://a,max-concurrent=0: max-concurrent must be at least 1"
+        );
+        assert_eq!(
+            refused(&["--upstream", "ftp://a"]),
+            "--upstream ftp://a: the URL must start with http:// or https://"
+        );
+        assert_eq!(
+            refused(&["--upstream", "http://a,mode=raw"]),
+            "--upstream http://a,mode=raw: mode must be completion or chat, got 'raw'"
+        );
+        assert!(refused(&["--upstream", "http://a,key-env=SKILLHOST_TEST_UNSET_VARIABLE"]).contains("is not set"));
+        assert!(refused(&["--upstream", "http://a,colour=red"]).contains("unknown option 'colour'"));
+        let model = write(dir.path(), "m.gguf", "");
+        assert!(
+            refused(&["--upstream", "http://a", "--model", &model.to_string_lossy()]).contains("exclude each other")
+        );
+        assert_eq!(
+            refused(&["--template-format", "chatml", "--model", &model.to_string_lossy()]),
+            "--template-format applies only with --upstream"
+        );
+        assert!(refused(&["--upstream", "http://a", "--template-format", "alpaca"])
+            .starts_with("--template-format must be one of chatml, gemma, plain"));
+        let many: Vec<String> =
+            (0..=MAX_UPSTREAMS).flat_map(|i| ["--upstream".to_string(), format!("http://a{i}")]).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(refused(&many), format!("at most {MAX_UPSTREAMS} upstreams, got {}", MAX_UPSTREAMS + 1));
+        assert!(from_args(&many[2..]).is_ok(), "{MAX_UPSTREAMS} upstreams are allowed");
+        assert_eq!(
+            refused(&["--upstream", "http://a", "--skills-poll", "0"]),
+            "--skills-poll must be between 1 and 86400 seconds, got 0"
+        );
+        assert_eq!(
+            refused(&["--upstream", "http://a", "--skills-poll", "86401"]),
+            "--skills-poll must be between 1 and 86400 seconds, got 86401"
+        );
+        let bad_file = write(dir.path(), "bad.yaml", "upstreams:\n  - mode: chat\n");
+        assert_eq!(refused(&["--config", &bad_file.to_string_lossy()]).contains("every entry needs a url"), true);
     }
 
     #[test]

@@ -171,6 +171,10 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
         let Some(key) = key.as_str() else {
             return Err(invalid(format!("a key is not text: {key:?}")));
         };
+        if key == "upstreams" {
+            out.push(("upstream".to_string(), upstream_specs(&value).map_err(invalid)?));
+            continue;
+        }
         let Some(arg) = command.get_arguments().find(|arg| is_setting(arg) && arg.get_long() == Some(key)) else {
             return Err(invalid(format!(
                 "unknown key `{key}` (the keys are the long flag names of `skillhost serve`)"
@@ -196,6 +200,44 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
         out.push((arg.get_id().to_string(), values));
     }
     Ok(out)
+}
+
+/// The `upstreams:` key: a list of `--upstream` values, each a URL or a
+/// mapping of `url` and the options (`mode`, `weight`, `max-concurrent`,
+/// `model`, `key-env`).
+fn upstream_specs(value: &serde_yaml::Value) -> Result<Vec<String>, String> {
+    let serde_yaml::Value::Sequence(items) = value else {
+        return Err("`upstreams` must be a list".into());
+    };
+    let text = |value: &serde_yaml::Value, what: &str| match value {
+        serde_yaml::Value::String(s) => Ok(s.clone()),
+        serde_yaml::Value::Number(n) => Ok(n.to_string()),
+        other => Err(format!("`upstreams`: {what} must be text or a number, not {other:?}")),
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            serde_yaml::Value::Mapping(options) => {
+                let mut url = None;
+                let mut rest = Vec::new();
+                for (key, value) in options {
+                    let key = text(key, "a key")?;
+                    let value = text(value, &key)?;
+                    if value.contains(',') {
+                        return Err(format!("`upstreams`: {key} may not contain a comma"));
+                    }
+                    if key == "url" {
+                        url = Some(value);
+                    } else {
+                        rest.push(format!("{key}={value}"));
+                    }
+                }
+                let url = url.ok_or("`upstreams`: every entry needs a url")?;
+                Ok(std::iter::once(url).chain(rest).collect::<Vec<_>>().join(","))
+            }
+            other => text(other, "an entry"),
+        })
+        .collect()
 }
 
 impl Merged {

@@ -42,6 +42,7 @@ async fn app_state(
         ],
         install_dir: Some(install.to_path_buf()),
         watch: false,
+        poll: None,
     };
     let config = ServerConfig {
         model: ModelSource::Provided(backend),

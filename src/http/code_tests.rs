@@ -91,6 +91,7 @@ async fn harness_settings(
         roots: vec![Root { path, origin: Origin::Discovered }],
         install_dir: None,
         watch: false,
+        poll: None,
     });
     let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
     let config = ServerConfig {

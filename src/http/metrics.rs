@@ -1,6 +1,11 @@
 //! Prometheus metrics, kept in a registry owned by the app (no globals).
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
 use skillhost_actors::ModelStatus;
 use skillhost_engine::Timings;
 
@@ -23,6 +28,95 @@ pub struct Metrics {
     queued: IntGauge,
     cancelled: IntGauge,
     model_ready: IntGauge,
+    upstreams: UpstreamMetrics,
+}
+
+/// Per-upstream series, copied from the fleet's counters at scrape time.
+struct UpstreamMetrics {
+    up: IntGaugeVec,
+    in_flight: IntGaugeVec,
+    requests: IntCounterVec,
+    errors: IntCounterVec,
+    retried: IntCounterVec,
+    backpressure: IntCounterVec,
+    affinity: IntCounterVec,
+    first_token_seconds_sum: GaugeVec,
+    first_tokens: IntCounterVec,
+}
+
+impl UpstreamMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let label = &["upstream"];
+        let counter = |name: &str, help: &str| IntCounterVec::new(Opts::new(name, help), label);
+        let metrics = UpstreamMetrics {
+            up: IntGaugeVec::new(Opts::new("upstream_up", "1 while the upstream passes its health checks."), label)?,
+            in_flight: IntGaugeVec::new(Opts::new("upstream_in_flight", "Requests running on the upstream."), label)?,
+            requests: counter("upstream_requests_total", "Requests sent to the upstream.")?,
+            errors: counter(
+                "upstream_errors_total",
+                "Requests the upstream failed (refused connections, 5xx, broken streams).",
+            )?,
+            retried: counter(
+                "upstream_retried_total",
+                "Requests moved to another upstream after this one failed before the first token.",
+            )?,
+            backpressure: counter(
+                "upstream_backpressure_total",
+                "429/503 answers from the upstream asking for a pause.",
+            )?,
+            affinity: IntCounterVec::new(
+                Opts::new(
+                    "upstream_affinity_total",
+                    "Requests whose conversation's home is the upstream: sent there (hit) or elsewhere (miss).",
+                ),
+                &["upstream", "result"],
+            )?,
+            first_token_seconds_sum: GaugeVec::new(
+                Opts::new(
+                    "upstream_first_token_seconds_sum",
+                    "Time from sending to the first token, summed over requests.",
+                ),
+                label,
+            )?,
+            first_tokens: counter("upstream_first_token_seconds_count", "Requests whose first token arrived.")?,
+        };
+        registry.register(Box::new(metrics.up.clone()))?;
+        registry.register(Box::new(metrics.in_flight.clone()))?;
+        registry.register(Box::new(metrics.requests.clone()))?;
+        registry.register(Box::new(metrics.errors.clone()))?;
+        registry.register(Box::new(metrics.retried.clone()))?;
+        registry.register(Box::new(metrics.backpressure.clone()))?;
+        registry.register(Box::new(metrics.affinity.clone()))?;
+        registry.register(Box::new(metrics.first_token_seconds_sum.clone()))?;
+        registry.register(Box::new(metrics.first_tokens.clone()))?;
+        Ok(metrics)
+    }
+
+    fn update(&self, upstreams: &[std::sync::Arc<skillhost_engine::UpstreamStats>]) {
+        // Counters only grow: each scrape adds what the fleet's counters
+        // gained since the last one.
+        let sync = |counter: &IntCounter, source: &AtomicU64| {
+            let now = source.load(Ordering::Relaxed);
+            let shown = counter.get();
+            if now > shown {
+                counter.inc_by(now - shown);
+            }
+        };
+        for stats in upstreams {
+            let url = stats.url.as_str();
+            self.up.with_label_values(&[url]).set(i64::from(stats.up.load(Ordering::Relaxed)));
+            self.in_flight.with_label_values(&[url]).set(stats.in_flight.load(Ordering::Relaxed) as i64);
+            sync(&self.requests.with_label_values(&[url]), &stats.requests);
+            sync(&self.errors.with_label_values(&[url]), &stats.errors);
+            sync(&self.retried.with_label_values(&[url]), &stats.retried);
+            sync(&self.backpressure.with_label_values(&[url]), &stats.backpressure);
+            sync(&self.affinity.with_label_values(&[url, "hit"]), &stats.affinity_hits);
+            sync(&self.affinity.with_label_values(&[url, "miss"]), &stats.affinity_misses);
+            sync(&self.first_tokens.with_label_values(&[url]), &stats.first_tokens);
+            let sum: Gauge = self.first_token_seconds_sum.with_label_values(&[url]);
+            sum.set(stats.first_token_us.load(Ordering::Relaxed) as f64 / 1e6);
+        }
+    }
 }
 
 impl Metrics {
@@ -91,6 +185,7 @@ impl Metrics {
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
+        let upstreams = UpstreamMetrics::new(&registry)?;
         Ok(Metrics {
             registry,
             requests,
@@ -109,6 +204,7 @@ impl Metrics {
             queued,
             cancelled,
             model_ready,
+            upstreams,
         })
     }
 
@@ -138,6 +234,7 @@ impl Metrics {
                 self.active_slots.set(stats.active_slots.load(std::sync::atomic::Ordering::Relaxed) as i64);
                 self.queued.set(stats.queued.load(std::sync::atomic::Ordering::Relaxed) as i64);
                 self.cancelled.set(stats.cancelled.load(std::sync::atomic::Ordering::Relaxed) as i64);
+                self.upstreams.update(&stats.upstreams);
             }
             ModelStatus::Loading | ModelStatus::Failed(_) => {
                 self.model_ready.set(0);

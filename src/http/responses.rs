@@ -330,6 +330,10 @@ fn translate(
     request: ResponsesRequest,
     store: &Store,
 ) -> Result<(ChatCompletionRequest, Vec<Value>, Namespaced), ApiError> {
+    if let Some(owner) = request.previous_response_id.as_deref().and_then(skillhost_actors::replica::elsewhere) {
+        let id = request.previous_response_id.as_deref().unwrap_or_default();
+        return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&format!("response {id}"), owner)));
+    }
     let mut items = match &request.previous_response_id {
         Some(id) => store.get(id).ok_or_else(|| {
             ApiError::bad_param(
@@ -542,7 +546,8 @@ async fn serve(
     };
     let mut draft = Draft {
         app: state.clone(),
-        id: new_id("resp"),
+        // Stored here only: the id names this replica (`--replica-id`).
+        id: skillhost_actors::replica::stamp(new_id("resp")),
         created_at: unix_now(),
         model: info.id.clone(),
         items,

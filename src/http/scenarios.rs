@@ -38,6 +38,7 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
         roots: vec![Root { path: dir.parent().unwrap().join("skills"), origin: Origin::Discovered }],
         install_dir: None,
         watch: false,
+        poll: None,
     };
     let loop_settings =
         LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };

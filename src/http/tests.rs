@@ -339,6 +339,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         roots: vec![Root { path: dir.path().to_path_buf(), origin: Origin::Discovered }],
         install_dir: None,
         watch: false,
+        poll: None,
     };
     let engine = EngineConfig {
         model_path: model_path(),

@@ -24,8 +24,9 @@ use crate::http::AppState;
 /// A comment frame goes out after this long without any other, so proxies
 /// and browsers keep a slow turn's connection open.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Longest conversation id a client may choose.
-pub const MAX_CONVERSATION_ID_LEN: usize = 64;
+/// Longest conversation id a client may send back: an issued id is 34
+/// characters, plus `__` and a replica id of up to 32.
+pub const MAX_CONVERSATION_ID_LEN: usize = 128;
 
 /// The page's files: path, content type, body.
 const ASSETS: [(&str, &str, &str); 4] = [
@@ -149,6 +150,11 @@ async fn start_chat(
     // The server issues conversation ids; one it did not issue (or has
     // closed) starts a new conversation instead of naming someone's folder.
     let given = conversation_id(web_request.conversation_id)?;
+    // Another replica's conversation: its workspace is there, not here.
+    if let Some(owner) = given.as_deref().and_then(skillhost_actors::replica::elsewhere) {
+        let what = format!("conversation {}", given.as_deref().unwrap_or_default());
+        return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)));
+    }
     let conversation = state.server.conversations().resume_or_start(given.as_deref());
     let new_conversation = given.as_deref() != Some(conversation.as_str());
     let mut wire = ChatCompletionRequest {
@@ -181,6 +187,10 @@ const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// `DELETE /api/conversations/{id}`: the conversation's workspace goes, after
 /// the call it is answering, if any.
 pub async fn close_conversation(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    if let Some(owner) = skillhost_actors::replica::elsewhere(&id) {
+        let what = format!("conversation {id}");
+        return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)).into());
+    }
     let closed = state.server.conversations().close_and_wait(&id, CLOSE_WAIT).await;
     Ok(HttpResponse::Ok().json(json!({"closed": closed})))
 }
@@ -289,4 +299,20 @@ pub fn tool_progress_json(progress: &ToolProgress) -> Value {
         "round": progress.round,
         "files": files,
     }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversation_ids_at_and_past_the_longest() {
+        let longest = "c".repeat(MAX_CONVERSATION_ID_LEN);
+        assert_eq!(conversation_id(Some(longest.clone())).ok().flatten(), Some(longest));
+        assert!(conversation_id(Some("c".repeat(MAX_CONVERSATION_ID_LEN + 1))).is_err());
+        // An issued id with the longest replica tag fits.
+        let issued = format!("c-{:032x}__{}", u128::MAX, "r".repeat(skillhost_actors::replica::MAX_REPLICA_ID_LEN));
+        assert!(issued.len() <= MAX_CONVERSATION_ID_LEN);
+        assert!(conversation_id(Some("c.1".into())).is_err());
+    }
 }

@@ -38,6 +38,7 @@ async fn state_with_settings(
         }],
         install_dir: None,
         watch: false,
+        poll: None,
     });
     let config =
         ServerConfig { model: ModelSource::Provided(backend), skills, loop_settings, exec: None, artifacts: None };
@@ -126,7 +127,10 @@ async fn a_new_conversation_gets_an_id_and_errors_are_frames_or_4xx() {
         (json!({"messages": "hello"}), "messages"),
         (json!({"messages": [{"role": "user", "content": "x"}], "maxTokens": "many"}), "maxTokens"),
         (json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "../etc"}), "conversationId"),
-        (json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "a".repeat(65)}), "conversationId"),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "conversationId": "a".repeat(crate::http::webui::MAX_CONVERSATION_ID_LEN + 1)}),
+            "conversationId",
+        ),
         (json!({"messages": [{"role": "user", "content": "x"}], "skills": ["notes"]}), "skills"),
         (json!({"messages": []}), "messages"),
     ];

@@ -195,6 +195,9 @@ pub struct LoopState {
     usage: Usage,
     rounds: Vec<RoundStats>,
     n_prompt: usize,
+    /// The conversation's key (its opening messages), so an upstream fleet
+    /// sends every round to the upstream that caches its prefix.
+    affinity: Option<u64>,
     exec: Option<Arc<ExecRuntime>>,
     /// The workspace actor the code tools work through: the request's own
     /// (a linked child, deleted when the loop stops, whatever ended it) or
@@ -253,7 +256,10 @@ fn chat_error(err: EngineError) -> ChatError {
         EngineError::PromptTooLong { .. } | EngineError::EmptyPrompt | EngineError::InvalidGrammar(_) => {
             ChatError::BadRequest(err.to_string())
         }
-        EngineError::Stopped | EngineError::Load { .. } => ChatError::Unavailable(err.to_string()),
+        EngineError::Stopped | EngineError::Load { .. } | EngineError::Upstream(_) => {
+            ChatError::Unavailable(err.to_string())
+        }
+        EngineError::UpstreamRefused(_) => ChatError::BadRequest(err.to_string()),
         EngineError::Decode(_) => ChatError::Engine(err.to_string()),
     }
 }
@@ -384,6 +390,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         let block = prompt::Block { text, ..prompt::Block::default() };
         base_messages = prompt::apply_after(&base_messages, &block);
     }
+    let affinity = skillhost_engine::remote::affinity_key(&base_messages);
     LoopState {
         request,
         backend,
@@ -402,6 +409,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         usage: Usage::default(),
         rounds: Vec::new(),
         n_prompt: 0,
+        affinity,
         exec,
         workspace,
         sandbox,
@@ -476,6 +484,7 @@ impl Actor for LoopActor {
                     myself.stop(Some("client disconnected".into()));
                 }
             }
+            LoopMsg::Generated(GenerationEvent::ToolCalls(calls)) => state.output.push_calls(calls),
             LoopMsg::Generated(GenerationEvent::Finished { reason, timings }) => {
                 match finish_round(state, reason, timings).await {
                     Next::Tools => start_tools(&myself, state),
@@ -607,6 +616,8 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         max_tokens: remaining_budget(state).map(|left| left.max(1)),
         stops,
         grammar: prepared.grammar,
+        affinity: state.affinity,
+        chat: prepared.chat,
     };
     let thinking = reasoning::prompt_opens_thinking(&generate.prompt);
     let submitted = match state.backend.submit(generate).await {
@@ -696,6 +707,10 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     }
     let mut started = state.output.content_started();
     state.emit_content(end.content_delta, &mut started);
+    if state.n_prompt == 0 {
+        // An upstream tells the prompt's length only at the end.
+        state.n_prompt = timings.cache_n + timings.prompt_n;
+    }
     state.usage.prompt_tokens += state.n_prompt;
     state.usage.completion_tokens += timings.predicted_n;
     state.rounds.push(RoundStats {
@@ -779,7 +794,9 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
         finish(state, ChatFinish::ToolCalls, timings).await;
         return false;
     }
-    let mut turn = ChatMessage::new(Role::Assistant, String::new());
+    // The content is what an upstream in chat mode is sent back; the raw
+    // text, calls' markup included, is what a prompt rendered here repeats.
+    let mut turn = ChatMessage::new(Role::Assistant, state.output.content().to_string());
     turn.raw = Some(state.output.raw().to_string());
     turn.tool_calls = ours.clone();
     state.history.push(turn);

@@ -25,6 +25,10 @@ pub struct RoundOutput {
     /// Whether this round has sent any content (rounds are separated by a
     /// blank line when they both have some).
     content_started: bool,
+    /// Calls that came as data (an upstream in chat mode), not as text.
+    given_calls: Vec<ToolCall>,
+    /// The round's content without call markup, once finished.
+    content: String,
 }
 
 /// The end of a round: the last content delta and the calls.
@@ -47,6 +51,8 @@ impl RoundOutput {
             answer: String::new(),
             streamed: 0,
             content_started: false,
+            given_calls: Vec::new(),
+            content: String::new(),
         }
     }
 
@@ -76,6 +82,17 @@ impl RoundOutput {
         self.content_started = started;
     }
 
+    /// Adds calls an upstream returned as data; they follow any read from
+    /// the text, and keep their ids unless two collide.
+    pub fn push_calls(&mut self, calls: Vec<ToolCall>) {
+        self.given_calls.extend(calls);
+    }
+
+    /// The round's content, call markup left out (after [`Self::finish`]).
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
     /// Everything the model wrote this round, thinking included.
     pub fn raw(&self) -> &str {
         &self.full
@@ -86,10 +103,13 @@ impl RoundOutput {
     pub fn finish(&mut self) -> RoundEnd {
         let Split { reasoning: reasoning_delta, content } = self.think.finish();
         self.answer.push_str(&content);
+        let given = std::mem::take(&mut self.given_calls);
         let Some(family) = self.family else {
             let content_delta = self.answer[self.streamed..].to_string();
             self.streamed = self.answer.len();
-            return RoundEnd { reasoning_delta, content_delta, calls: Vec::new(), diagnostics: Vec::new() };
+            self.content = self.answer.clone();
+            let calls = unique_ids(Vec::new(), given);
+            return RoundEnd { reasoning_delta, content_delta, calls, diagnostics: Vec::new() };
         };
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
         let parsed = family.parser().parse(&self.answer, &declared);
@@ -103,6 +123,7 @@ impl RoundOutput {
             }
         };
         self.streamed = self.answer.len();
+        self.content = parsed.content;
         let mut calls: Vec<ToolCall> = Vec::with_capacity(parsed.calls.len());
         for call in parsed.calls {
             // Keep the model's own id when it is unique; otherwise make one.
@@ -112,8 +133,21 @@ impl RoundOutput {
             };
             calls.push(ToolCall { id, name: call.name, arguments: call.arguments });
         }
+        let calls = unique_ids(calls, given);
         RoundEnd { reasoning_delta, content_delta, calls, diagnostics }
     }
+}
+
+/// `calls` followed by `more`, each of `more` keeping its id when it is
+/// unique and not empty.
+fn unique_ids(mut calls: Vec<ToolCall>, more: Vec<ToolCall>) -> Vec<ToolCall> {
+    for mut call in more {
+        if call.id.is_empty() || calls.iter().any(|c| c.id == call.id) {
+            call.id = new_call_id();
+        }
+        calls.push(call);
+    }
+    calls
 }
 
 /// A fresh call id, unique with overwhelming probability.

@@ -1,12 +1,12 @@
 //! What the loop needs from a model: its facts and a way to submit. The real
-//! engine implements it; tests substitute a scripted double that replays
+//! engine implements it, and so does a fleet of upstream servers; tests substitute a scripted double that replays
 //! model outputs, so loop logic can be checked deterministically.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use skillhost_engine::{Engine, EngineError, EngineStats, GenerateRequest, ModelInfo, Submitted};
+use skillhost_engine::{Engine, EngineError, EngineStats, GenerateRequest, ModelInfo, Remote, Submitted};
 
 /// A boxed future returned by [`ModelBackend::submit`].
 pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Submitted, EngineError>> + Send + 'a>>;
@@ -41,5 +41,23 @@ impl ModelBackend for Engine {
 
     fn count_tokens(&self, text: String) -> CountFuture<'_> {
         Box::pin(Engine::count_tokens(self, text))
+    }
+}
+
+impl ModelBackend for Remote {
+    fn info(&self) -> &Arc<ModelInfo> {
+        Remote::info(self)
+    }
+
+    fn stats(&self) -> &Arc<EngineStats> {
+        Remote::stats(self)
+    }
+
+    fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_> {
+        Box::pin(Remote::submit(self, request))
+    }
+
+    fn count_tokens(&self, text: String) -> CountFuture<'_> {
+        Box::pin(Remote::count_tokens(self, text))
     }
 }

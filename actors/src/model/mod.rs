@@ -9,7 +9,7 @@ pub mod scripted;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use skillhost_engine::{Engine, EngineConfig, Exit};
+use skillhost_engine::{Engine, EngineConfig, Exit, Remote, RemoteConfig};
 
 pub use backend::ModelBackend;
 
@@ -18,6 +18,8 @@ pub use backend::ModelBackend;
 pub enum ModelSource {
     /// Load a GGUF file into a new engine thread.
     Load(EngineConfig),
+    /// Send generation to upstream servers; no weights are loaded here.
+    Remote(RemoteConfig),
     /// Use a backend that already exists (tests use a scripted one).
     Provided(Arc<dyn ModelBackend>),
 }
@@ -26,6 +28,7 @@ impl std::fmt::Debug for ModelSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ModelSource::Load(config) => f.debug_tuple("Load").field(config).finish(),
+            ModelSource::Remote(config) => f.debug_tuple("Remote").field(&config.upstreams.len()).finish(),
             ModelSource::Provided(backend) => f.debug_tuple("Provided").field(&backend.info().id).finish(),
         }
     }
@@ -36,6 +39,9 @@ impl ModelSource {
     pub fn describe(&self) -> String {
         match self {
             ModelSource::Load(config) => config.model_path.display().to_string(),
+            ModelSource::Remote(config) => {
+                config.upstreams.iter().map(|u| u.url.as_str()).collect::<Vec<_>>().join(", ")
+            }
             ModelSource::Provided(backend) => backend.info().id.clone(),
         }
     }
@@ -76,6 +82,12 @@ impl Actor for ModelActor {
         let config = match source {
             ModelSource::Provided(backend) => return Ok(ModelState { backend, engine: None }),
             ModelSource::Load(config) => config,
+            ModelSource::Remote(config) => {
+                // The fleet has no thread to die: an upstream that fails is
+                // marked down and its requests go elsewhere.
+                let remote = tokio::task::spawn_blocking(move || Remote::start(config)).await??;
+                return Ok(ModelState { backend: Arc::new(remote), engine: None });
+            }
         };
         let (engine, exit) = tokio::task::spawn_blocking(move || Engine::start(config)).await??;
         tokio::spawn(async move {

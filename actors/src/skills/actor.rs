@@ -28,6 +28,9 @@ pub struct SkillsConfig {
     pub install_dir: Option<PathBuf>,
     /// Rescan when files under the roots change.
     pub watch: bool,
+    /// Also rescan this often: file events do not report changes another
+    /// machine makes on shared storage (NFS).
+    pub poll: Option<std::time::Duration>,
 }
 
 /// Why a registry change failed.
@@ -71,6 +74,8 @@ pub struct SkillsState {
     snapshot: Arc<watch::Sender<Arc<Snapshot>>>,
     /// Keeps the file watcher alive while `--skills-watch` is on.
     _watcher: Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>>,
+    /// The `--skills-poll` timer; aborted with the actor.
+    _poller: Option<crate::chat_loop::AbortOnDrop>,
 }
 
 impl SkillsState {
@@ -104,8 +109,21 @@ impl Actor for SkillRegistryActor {
         myself: ActorRef<SkillsMsg>,
         args: SkillsArgs,
     ) -> Result<SkillsState, ActorProcessingErr> {
-        let watcher = if args.config.watch { Some(start_watcher(&args.config.roots, myself)?) } else { None };
-        let state = SkillsState { config: args.config, snapshot: args.snapshot, _watcher: watcher };
+        let watcher = if args.config.watch { Some(start_watcher(&args.config.roots, myself.clone())?) } else { None };
+        let poller = args.config.poll.map(|every| {
+            crate::chat_loop::AbortOnDrop::new(tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    if myself.cast(SkillsMsg::Rescan(None)).is_err() {
+                        return;
+                    }
+                }
+            }))
+        });
+        let state = SkillsState { config: args.config, snapshot: args.snapshot, _watcher: watcher, _poller: poller };
         state.rescan().await;
         Ok(state)
     }

@@ -49,9 +49,10 @@ impl std::fmt::Debug for Conversations {
     }
 }
 
-/// A new conversation id: `c-` and 32 hex digits (128 random bits).
+/// A new conversation id: `c-` and 32 hex digits (128 random bits), and
+/// the replica's tag when it has one.
 fn new_id() -> String {
-    format!("c-{:032x}", rand::random::<u128>())
+    crate::replica::stamp(format!("c-{:032x}", rand::random::<u128>()))
 }
 
 impl Conversations {
