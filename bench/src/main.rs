@@ -22,7 +22,9 @@
 //! drift in the machine's speed hits both alike.
 //!
 //! Last, skillhost against llama.cpp's llama-server on the same settings
-//! (see `baseline`): prefill, streams, a shared system prompt and a restart.
+//! (see `baseline`): prefill, streams, a shared system prompt and a restart;
+//! and skillhost in front of llama-server as its upstream against
+//! llama-server alone (see `upstream`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,6 +32,7 @@ mod baseline;
 mod exec;
 mod huge;
 mod skills;
+mod upstream;
 mod webui;
 
 use std::io::{BufRead, BufReader};
@@ -289,8 +292,8 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `webui`, `model`, `baseline` or
-    // `huge` (row 5 alone) runs one part.
+    // `skillhost-bench skills`, `exec`, `webui`, `model`, `baseline`,
+    // `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if only.as_deref() == Some("huge") {
@@ -309,7 +312,7 @@ fn main() {
         exec::run();
         println!();
     }
-    if !wanted("model") && !wanted("webui") && !wanted("baseline") {
+    if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
@@ -332,6 +335,10 @@ fn main() {
             binary.display()
         );
         baseline::run(binary, threads);
+    }
+    if wanted("upstream") {
+        println!();
+        upstream::run(llama_server(), threads);
     }
 }
 

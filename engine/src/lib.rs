@@ -44,6 +44,6 @@ pub use error::EngineError;
 pub use executor::context_params;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
 pub use prefix::{MAX_PARKED_TOKENS_PER_CTX, MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
-pub use remote::{Remote, RemoteConfig, UpstreamConfig, UpstreamMode, UpstreamStats};
+pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode, UpstreamStats};
 pub use sampling::SamplingParams;
 pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

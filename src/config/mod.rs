@@ -19,7 +19,7 @@ use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
-use skillhost_engine::{EngineConfig, RemoteConfig, UpstreamConfig, UpstreamMode};
+use skillhost_engine::{EngineConfig, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 
 pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 pub const DEFAULT_PORT: u16 = 5000;
@@ -140,6 +140,9 @@ pub struct ServeArgs {
     /// With --upstream: a GGUF whose chat template and vocabulary render and count prompts (its weights are not read) [default: the template from llama-server's /props]
     #[arg(long, env = "SKILLHOST_TEMPLATE_FROM", value_hint = ValueHint::FilePath)]
     pub template_from: Option<PathBuf>,
+    /// With --upstream: how a request's upstream is chosen: affinity (a conversation stays on the upstream that caches its prefix) or round-robin [default: affinity]
+    #[arg(long, value_enum, env = "SKILLHOST_UPSTREAM_ROUTING")]
+    pub upstream_routing: Option<RoutingArg>,
     /// This replica's name when several run behind a load balancer: stamped into conversation and response ids, and sent as the skillhost_replica cookie to route by [default: none]
     #[arg(long, env = "SKILLHOST_REPLICA_ID")]
     pub replica_id: Option<String>,
@@ -325,6 +328,13 @@ pub const MAX_SKILLS_POLL_SECS: u64 = 86_400;
 pub const MAX_UPSTREAMS: usize = 64;
 /// The largest `weight=` of an upstream.
 pub const MAX_UPSTREAM_WEIGHT: u32 = 1000;
+
+/// `--upstream-routing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoutingArg {
+    Affinity,
+    RoundRobin,
+}
 
 /// Reads one `--upstream` value: `URL[,option=value]...`.
 pub fn parse_upstream(spec: &str) -> Result<UpstreamConfig, ConfigError> {
@@ -655,6 +665,10 @@ impl ServeArgs {
         }
         Ok(Some(RemoteConfig {
             upstreams,
+            routing: match self.upstream_routing {
+                None | Some(RoutingArg::Affinity) => Routing::Affinity,
+                Some(RoutingArg::RoundRobin) => Routing::RoundRobin,
+            },
             template_from: self.template_from.clone(),
             template_format: self.template_format.clone(),
             n_ctx: self.ctx_size,

@@ -7,7 +7,9 @@
 //
 // From the repository root, after `cargo build --release` and `make model`:
 //
-//   npm ci --prefix tests/browser && node tests/browser/webui.mjs
+//   npm ci --prefix tests/browser && LLAMA_SERVER=$(scripts/build-llama-server.sh) node tests/browser/webui.mjs
+//
+// (the last step fronts that llama-server with `--upstream`).
 //
 // SKILLHOST_URL=http://127.0.0.1:5000 runs the same steps against a server
 // that is already running (started with the flags `startServer` uses), and
@@ -150,7 +152,9 @@ async function stopProcess(child) {
   }
 }
 
-async function startServer(extraArgs = []) {
+// `source` is how the server gets its model: the GGUF by default, or
+// `['--upstream', url]` to front an inference server.
+async function startServer(extraArgs = [], source = ['--model', MODEL]) {
   check(existsSync(BINARY), `the server binary ${BINARY} is missing; build it with: cargo build --release`);
   check(existsSync(MODEL), `the model ${MODEL} is missing; fetch it with: make model`);
   const installDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-installed-'));
@@ -162,7 +166,7 @@ async function startServer(extraArgs = []) {
 
   const args = [
     'serve', '--host', '127.0.0.1', '--port', '0',
-    '--model', MODEL, '--ctx-size', '8192', '--parallel', '2',
+    ...source, '--ctx-size', '8192', '--parallel', '2',
     '--skills-dir', join(REPO, 'skills'), '--skills-install-dir', installDir,
     '--code-exec', '--workspace-dir', workspaceDir,
     ...extraArgs,
@@ -704,6 +708,75 @@ async function run() {
     }
   });
 
+  await step(11, 'in front of a llama-server upstream, the page streams a turn and a forced skill read', async () => {
+    const upstream = await startLlamaServer();
+    const fronted = await startServer([], ['--upstream', upstream]);
+    const frontedPage = await context.newPage();
+    frontedPage.on('pageerror', (error) => problems.push(`uncaught ${error.stack ?? error.message}`));
+    try {
+      await frontedPage.goto(`${fronted}/`);
+      await frontedPage.waitForFunction(() => /SmolLM2-135M-Instruct/.test(document.getElementById('model-info').textContent));
+      await frontedPage.click('#settings > summary');
+      await frontedPage.fill('#max-tokens', '16');
+      await send(frontedPage, 'Say hello.');
+      await waitForTurnEnd(frontedPage, TOOL_TURN_TIMEOUT_MS);
+      const plain = await lastAssistant(frontedPage);
+      check(plain.state === 'done' && plain.text.trim() !== '', `the fronted turn did not finish: ${describe(plain)}`);
+      await frontedPage.evaluate(() => {
+        const activity = document.getElementById('activity');
+        window.__activitySeen = [];
+        new MutationObserver(() => {
+          if (activity.textContent) window.__activitySeen.push(activity.textContent);
+        }).observe(activity, { childList: true, characterData: true, subtree: true, attributes: true });
+      });
+      const bodies = [];
+      await forceTool(frontedPage, 'skills_read', bodies);
+      await frontedPage.fill('#max-tokens', '512');
+      await send(frontedPage, 'How do I upload a skill to skillhost?');
+      await frontedPage.waitForFunction(
+        () => window.__activitySeen.some((text) => text.includes('skills_read')),
+        null,
+        { timeout: TOOL_TURN_TIMEOUT_MS },
+      );
+      await waitForTurnEnd(frontedPage, TOOL_TURN_TIMEOUT_MS);
+      const read = await lastAssistant(frontedPage);
+      check(read.state === 'done', `the fronted skills turn did not finish: ${describe(read)}`);
+      check(bodies.length === 1, `the page sent ${bodies.length} requests for one turn`);
+    } finally {
+      await frontedPage.close();
+    }
+  });
+
+}
+
+// llama.cpp's llama-server on the default model, from LLAMA_SERVER (what
+// `make test` builds into ~/.cache/skillhost); returns its URL.
+async function startLlamaServer() {
+  const binary = process.env.LLAMA_SERVER;
+  check(binary && existsSync(binary), 'LLAMA_SERVER must name a llama-server binary (make test builds one)');
+  const port = await new Promise((found) => {
+    const probe = createServer();
+    probe.listen(0, '127.0.0.1', () => {
+      const { port: free } = probe.address();
+      probe.close(() => found(free));
+    });
+  });
+  const child = spawn(binary, ['-m', MODEL, '--host', '127.0.0.1', '--port', String(port), '-c', '16384', '-np', '2', '--no-webui'], {
+    stdio: ['ignore', 'ignore', 'ignore'],
+  });
+  cleanups.push(() => stopProcess(child));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + MODEL_LOAD_TIMEOUT_MS;
+  for (;;) {
+    check(child.exitCode === null, `llama-server exited (${child.exitCode}) while starting`);
+    try {
+      if ((await fetch(`${url}/health`)).status === 200) return url;
+    } catch {
+      // Not accepting connections yet.
+    }
+    check(Date.now() < deadline, `llama-server did not become healthy within ${MODEL_LOAD_TIMEOUT_MS / 1000} s`);
+    await sleep(500);
+  }
 }
 
 async function main() {

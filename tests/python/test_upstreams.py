@@ -304,6 +304,27 @@ def test_a_killed_upstream_is_routed_around_retried_and_used_again_when_back(tmp
         a_before = upstream_value(server, "skillhost_upstream_requests_total", a)
         post(server.url, {"messages": at_a[2], "max_tokens": 4, "temperature": 0})
         assert upstream_value(server, "skillhost_upstream_requests_total", a) == a_before + 1
+        # Killed in the middle of an answer: the stream ends with an error
+        # that names the upstream (no other upstream can continue the text).
+        request = urllib.request.Request(
+            server.url + "/v1/chat/completions",
+            data=json.dumps({"messages": at_a[1], "max_tokens": 400, "stream": True, "temperature": 0,
+                             "ignore_eos": True}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        frames = []
+        with urllib.request.urlopen(request, timeout=120) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                frame = json.loads(line[6:])
+                frames.append(frame)
+                content = [c.get("delta", {}).get("content") for c in frame.get("choices") or []]
+                if any(content) and a.process.poll() is None:
+                    a.kill()
+        errors = [f["error"]["message"] for f in frames if "error" in f]
+        assert errors and "failed in the middle of the answer" in errors[0] and a.url in errors[0], frames[-3:]
         # Every upstream down: a clear 503, not a hang.
         a.kill()
         b.kill()

@@ -17,7 +17,7 @@ use crate::chat::{ChatMessage, Role};
 use crate::error::EngineError;
 
 use super::wire::Dialect;
-use super::{UpstreamConfig, UpstreamMode};
+use super::{Routing, UpstreamConfig, UpstreamMode};
 
 /// The longest a request waits for upstreams that asked for a pause
 /// (`429`/`503` with `Retry-After`) before it fails with a 503 itself.
@@ -109,6 +109,9 @@ impl Upstream {
 /// Every upstream, plus the lock and signal that hand out their capacity.
 pub(crate) struct Fleet {
     pub upstreams: Vec<Upstream>,
+    routing: Routing,
+    /// The next upstream in round-robin order.
+    turn: AtomicUsize,
     room: Mutex<()>,
     freed: Condvar,
 }
@@ -133,9 +136,11 @@ impl Drop for Lease {
 }
 
 impl Fleet {
-    pub fn new(upstreams: Vec<UpstreamConfig>) -> Self {
+    pub fn new(upstreams: Vec<UpstreamConfig>, routing: Routing) -> Self {
         Fleet {
             upstreams: upstreams.into_iter().map(Upstream::new).collect(),
+            routing,
+            turn: AtomicUsize::new(0),
             room: Mutex::new(()),
             freed: Condvar::new(),
         }
@@ -181,7 +186,18 @@ impl Fleet {
         gone: &dyn Fn() -> bool,
     ) -> Result<Lease, EngineError> {
         let give_up_pauses = Instant::now() + BACKPRESSURE_WAIT;
-        let order = key.map(|key| rendezvous_order(key, &self.upstreams));
+        let n = self.upstreams.len();
+        let (order, home) = match self.routing {
+            Routing::Affinity => {
+                let order = key.map(|key| rendezvous_order(key, &self.upstreams));
+                let home = order.as_ref().and_then(|o| o.first().copied());
+                (order, home)
+            }
+            Routing::RoundRobin => {
+                let first = self.turn.fetch_add(1, Ordering::Relaxed) % n.max(1);
+                (Some((0..n).map(|i| (first + i) % n).collect()), None)
+            }
+        };
         let mut guard = self.room.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if gone() {
@@ -203,7 +219,7 @@ impl Fleet {
                 let upstream = &self.upstreams[index];
                 upstream.stats.in_flight.fetch_add(1, Ordering::Relaxed);
                 upstream.stats.requests.fetch_add(1, Ordering::Relaxed);
-                if let Some(home) = order.as_ref().and_then(|o| o.first().copied()) {
+                if let Some(home) = home {
                     if home == index {
                         upstream.stats.affinity_hits.fetch_add(1, Ordering::Relaxed);
                     } else {
@@ -313,7 +329,7 @@ mod tests {
     }
 
     fn fleet(configs: Vec<UpstreamConfig>) -> Arc<Fleet> {
-        let fleet = Arc::new(Fleet::new(configs));
+        let fleet = Arc::new(Fleet::new(configs, Routing::Affinity));
         for i in 0..fleet.upstreams.len() {
             fleet.set_up(i, true, "");
         }
@@ -373,8 +389,20 @@ mod tests {
     }
 
     #[test]
+    fn round_robin_takes_turns_whatever_the_key() {
+        let fleet =
+            Arc::new(Fleet::new(vec![config("http://a", 1, None), config("http://b", 1, None)], Routing::RoundRobin));
+        for i in 0..2 {
+            fleet.set_up(i, true, "");
+        }
+        let picks: Vec<usize> =
+            (0..4).filter_map(|_| fleet.acquire(Some(7), &[], &|| false).ok().map(|l| l.index)).collect();
+        assert_eq!(picks, vec![0, 1, 0, 1]);
+    }
+
+    #[test]
     fn nothing_up_fails_at_once_naming_each_upstream() {
-        let fleet = Arc::new(Fleet::new(vec![config("http://a", 1, None)]));
+        let fleet = Arc::new(Fleet::new(vec![config("http://a", 1, None)], Routing::Affinity));
         let err = fleet.acquire(Some(1), &[], &|| false).map(|l| l.index);
         assert_eq!(err, Err(EngineError::Upstream("no upstream can take the request: http://a (down)".into())));
     }

@@ -80,10 +80,23 @@ pub struct UpstreamConfig {
     pub max_concurrent: Option<u32>,
 }
 
+/// How a request's upstream is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// A conversation goes to its home upstream (rendezvous hashing of its
+    /// opening), where its prefix is cached.
+    #[default]
+    Affinity,
+    /// Each request to the next upstream in turn, as a plain load balancer
+    /// does (for upstreams behind their own cache-aware router).
+    RoundRobin,
+}
+
 /// A fleet of upstreams in place of a model file.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RemoteConfig {
     pub upstreams: Vec<UpstreamConfig>,
+    pub routing: Routing,
     /// A GGUF whose chat template (and vocabulary, for counting tokens) is
     /// used; only its metadata and vocabulary are read, never its weights.
     pub template_from: Option<PathBuf>,
@@ -133,7 +146,7 @@ impl Remote {
         }
         let agent = agent(Some(READ_TIMEOUT));
         let probe_agent = agent_for_probes();
-        let fleet = Arc::new(Fleet::new(config.upstreams.clone()));
+        let fleet = Arc::new(Fleet::new(config.upstreams.clone(), config.routing));
         let local = match &config.template_from {
             Some(path) => Some(crate::executor::vocabulary(path)?),
             None => None,
@@ -334,6 +347,12 @@ enum Attempt {
 
 impl Job {
     fn run(mut self) {
+        // Relaying wakes this thread once a token; as batch work it keeps
+        // its share of CPU but does not preempt the decoding threads of an
+        // upstream on the same machine (as the server's other threads).
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` outlives the call.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
         let mut failed = Vec::new();
         loop {
             let gone = || self.events.is_closed();

@@ -81,6 +81,8 @@ pub fn body(
         Dialect::LlamaServer => {
             put("prompt", json!(prompt));
             put("cache_prompt", json!(true));
+            // Token ids are not read: leaving them out shortens every event.
+            put("return_tokens", json!(false));
             put("n_predict", json!(request.max_tokens.map_or(-1, i64::from)));
             put("top_k", json!(sampling.top_k));
             put("min_p", json!(sampling.min_p));
