@@ -604,16 +604,23 @@ fn spawn_health_checks(fleet: Weak<Fleet>, agent: ureq::Agent) {
     let spawned = std::thread::Builder::new().name("upstream-health".into()).spawn(move || loop {
         std::thread::sleep(HEALTH_INTERVAL);
         let Some(fleet) = fleet.upgrade() else { return };
-        for (index, upstream) in fleet.upstreams.iter().enumerate() {
-            let result = match upstream.dialect.get() {
-                None => probe(&agent, upstream).map(|_| ()),
-                Some(dialect) => get_json(&agent, upstream, dialect.health_path()).map(|_| ()),
-            };
-            match result {
-                Ok(()) => fleet.set_up(index, true, ""),
-                Err(err) => fleet.set_up(index, false, &format!("its health check failed: {err}")),
+        // All at once: one upstream that hangs until the timeout must not
+        // delay the others' checks.
+        std::thread::scope(|scope| {
+            for (index, upstream) in fleet.upstreams.iter().enumerate() {
+                let (fleet, agent) = (&fleet, &agent);
+                scope.spawn(move || {
+                    let result = match upstream.dialect.get() {
+                        None => probe(agent, upstream).map(|_| ()),
+                        Some(dialect) => get_json(agent, upstream, dialect.health_path()).map(|_| ()),
+                    };
+                    match result {
+                        Ok(()) => fleet.set_up(index, true, ""),
+                        Err(err) => fleet.set_up(index, false, &format!("its health check failed: {err}")),
+                    }
+                });
             }
-        }
+        });
     });
     if let Err(err) = spawned {
         tracing::error!("cannot start the upstream health checks: {err}");
