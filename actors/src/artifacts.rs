@@ -73,13 +73,19 @@ pub struct ArtifactStore {
     runs: VecDeque<RunFiles>,
 }
 
-/// Whether a run id is one the server made (`run-` and letters or digits):
-/// it names a folder of the store, so nothing else may.
+/// Whether a run id is one the server made (`run-` and letters or digits,
+/// then the replica's tag when it has one): it names a folder of the
+/// store, so nothing else may. Neither part can hold `/` or `.`.
 fn valid_run_id(run_id: &str) -> bool {
+    let Some(rest) = run_id.strip_prefix("run-") else { return false };
+    let (random, replica) = match rest.split_once(crate::replica::TAG) {
+        Some((random, replica)) => (random, Some(replica)),
+        None => (rest, None),
+    };
     run_id.len() <= 64
-        && run_id
-            .strip_prefix("run-")
-            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()))
+        && !random.is_empty()
+        && random.chars().all(|c| c.is_ascii_alphanumeric())
+        && replica.is_none_or(|r| crate::replica::check(r).is_ok())
 }
 
 impl ArtifactStore {
@@ -299,6 +305,22 @@ mod tests {
     }
 
     #[test]
+    fn run_ids_are_the_servers_own_shape_with_or_without_a_replica() {
+        for good in ["run-abc123", "run-abc__r1", "run-abc__eu-west-1"] {
+            assert!(valid_run_id(good), "{good}");
+        }
+        for bad in
+            ["run-", "run-a/b", "run-..", "run-abc__", "run-abc__r_1", "run-abc__../x", "other-abc", "run-a.b__r1"]
+        {
+            assert!(!valid_run_id(bad), "{bad}");
+        }
+        // The longest a run id may be, and one past it.
+        let longest = format!("run-{}", "a".repeat(60));
+        assert!(valid_run_id(&longest));
+        assert!(!valid_run_id(&format!("{longest}a")));
+    }
+
+    #[test]
     fn the_defaults_are_the_named_limits() {
         let limits = ArtifactLimits::default();
         assert_eq!(
@@ -315,6 +337,7 @@ mod tests {
         write(work.path(), "at.txt", 10);
         write(work.path(), "past.txt", 11);
         assert_eq!(paths(&store.store("run-1", changed(work.path()))), ["at.txt"]);
+        assert_eq!(paths(&store.store("run-3__eu-1", changed(work.path()))), ["at.txt"], "a replica's run");
 
         let work = tempfile::tempdir().unwrap();
         for name in ["a", "b", "c", "d"] {

@@ -21,8 +21,19 @@ pub fn artifact_url(run_id: &str, path: &str) -> String {
     format!("/api/code/artifacts/{run_id}/{path}")
 }
 
+/// Another replica's run: its files are there, not here.
+fn on_this_replica(run_id: &str) -> Result<(), ApiError> {
+    match skillhost_actors::replica::elsewhere(run_id) {
+        Some(owner) => {
+            Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&format!("run {run_id}"), owner)))
+        }
+        None => Ok(()),
+    }
+}
+
 /// `GET /api/code/artifacts/{runId}`
 pub async fn list(state: web::Data<AppState>, run_id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    on_this_replica(&run_id)?;
     let files = store(&state)?
         .list(&run_id)
         .await
@@ -40,6 +51,7 @@ pub async fn download(
     params: web::Path<(String, String)>,
 ) -> Result<HttpResponse, PlainError> {
     let (run_id, path) = params.into_inner();
+    on_this_replica(&run_id)?;
     let store = store(&state)?.clone();
     let file_name = path.rsplit('/').next().unwrap_or("file").replace(['"', '\\'], "");
     let (file, len) = store.open(&run_id, &path).await.map_err(ApiError::NotFound)?;

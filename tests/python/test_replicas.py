@@ -65,6 +65,9 @@ def test_a_conversation_named_on_the_wrong_replica_is_a_409_naming_its_owner(rep
     assert conversation in message and "replica r1" in message and "this is replica r2" in message, message
     closed = httpx.delete(f"{r2.url}/api/conversations/{conversation}", timeout=30)
     assert closed.status_code == 409
+    # So is a download of another replica's produced files.
+    files = httpx.get(f"{r2.url}/api/code/artifacts/run-abc__r1/out.txt", timeout=30)
+    assert files.status_code == 409 and "run run-abc__r1 lives on replica r1" in files.json()["error"], files.text
 
 
 def test_a_stored_response_named_on_the_wrong_replica_is_a_409(replicas):

@@ -415,7 +415,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         sandbox,
         artifacts,
         code_tools,
-        run_id: format!("run-{}", output::new_call_id().trim_start_matches("call_")),
+        run_id: crate::replica::stamp(format!("run-{}", output::new_call_id().trim_start_matches("call_"))),
         pending: None,
         tools_task: None,
         answered: Vec::new(),
