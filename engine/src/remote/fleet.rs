@@ -116,6 +116,21 @@ pub(crate) struct Fleet {
     freed: Condvar,
 }
 
+/// What one request has been through on its way to an upstream.
+pub(crate) struct Tried {
+    /// Upstreams it failed on; it goes to each at most once.
+    pub failed: Vec<usize>,
+    /// How long it may wait, in all, for upstreams that asked for a pause:
+    /// one that answers `429` every time cannot keep it forever.
+    pub pauses_until: Instant,
+}
+
+impl Tried {
+    pub fn new() -> Self {
+        Tried { failed: Vec::new(), pauses_until: Instant::now() + BACKPRESSURE_WAIT }
+    }
+}
+
 /// A request's hold on one upstream; dropping it frees the place.
 pub(crate) struct Lease {
     fleet: Arc<Fleet>,
@@ -176,16 +191,16 @@ impl Fleet {
 
     /// Takes a place on an upstream for a request: the first of its key's
     /// order that can take it, or the least loaded without a key. Waits
-    /// while every usable upstream is full, and for pauses up to
-    /// [`BACKPRESSURE_WAIT`]; `failed` are upstreams this request already
-    /// failed on; `gone` says the client left.
+    /// while every usable upstream is full, and for pauses until the
+    /// request's [`Tried::pauses_until`]; `gone` says the client left.
     pub fn acquire(
         self: &Arc<Self>,
         key: Option<u64>,
-        failed: &[usize],
+        tried: &Tried,
         gone: &dyn Fn() -> bool,
     ) -> Result<Lease, EngineError> {
-        let give_up_pauses = Instant::now() + BACKPRESSURE_WAIT;
+        let failed = tried.failed.as_slice();
+        let give_up_pauses = tried.pauses_until;
         let n = self.upstreams.len();
         let (order, home) = match self.routing {
             Routing::Affinity => {
@@ -364,12 +379,12 @@ mod tests {
     fn a_conversation_keeps_its_upstream_and_moves_when_it_is_down() {
         let fleet = fleet(vec![config("http://a", 1, None), config("http://b", 1, None)]);
         let never = || false;
-        let first = fleet.acquire(Some(7), &[], &never).map(|l| l.index);
-        let again = fleet.acquire(Some(7), &[], &never).map(|l| l.index);
+        let first = fleet.acquire(Some(7), &Tried::new(), &never).map(|l| l.index);
+        let again = fleet.acquire(Some(7), &Tried::new(), &never).map(|l| l.index);
         assert_eq!(first, again);
         let home = first.unwrap_or_default();
         fleet.set_up(home, false, "test");
-        let moved = fleet.acquire(Some(7), &[], &never).map(|l| l.index);
+        let moved = fleet.acquire(Some(7), &Tried::new(), &never).map(|l| l.index);
         assert_eq!(moved, Ok(1 - home));
         assert_eq!(fleet.upstreams[home].stats.affinity_misses.load(Ordering::Relaxed), 1);
         assert_eq!(fleet.upstreams[home].stats.affinity_hits.load(Ordering::Relaxed), 2);
@@ -379,13 +394,13 @@ mod tests {
     fn a_full_upstream_sends_the_next_request_to_the_other_and_frees_on_drop() {
         let fleet = fleet(vec![config("http://a", 1, Some(1)), config("http://b", 1, Some(1))]);
         let never = || false;
-        let a = fleet.acquire(None, &[], &never);
-        let b = fleet.acquire(None, &[], &never);
+        let a = fleet.acquire(None, &Tried::new(), &never);
+        let b = fleet.acquire(None, &Tried::new(), &never);
         let (Ok(a), Ok(b)) = (a, b) else { panic!("two places were free") };
         assert_ne!(a.index, b.index);
         let freed = a.index;
         drop(a);
-        assert_eq!(fleet.acquire(None, &[], &never).map(|l| l.index), Ok(freed));
+        assert_eq!(fleet.acquire(None, &Tried::new(), &never).map(|l| l.index), Ok(freed));
     }
 
     #[test]
@@ -396,14 +411,14 @@ mod tests {
             fleet.set_up(i, true, "");
         }
         let picks: Vec<usize> =
-            (0..4).filter_map(|_| fleet.acquire(Some(7), &[], &|| false).ok().map(|l| l.index)).collect();
+            (0..4).filter_map(|_| fleet.acquire(Some(7), &Tried::new(), &|| false).ok().map(|l| l.index)).collect();
         assert_eq!(picks, vec![0, 1, 0, 1]);
     }
 
     #[test]
     fn nothing_up_fails_at_once_naming_each_upstream() {
         let fleet = Arc::new(Fleet::new(vec![config("http://a", 1, None)], Routing::Affinity));
-        let err = fleet.acquire(Some(1), &[], &|| false).map(|l| l.index);
+        let err = fleet.acquire(Some(1), &Tried::new(), &|| false).map(|l| l.index);
         assert_eq!(err, Err(EngineError::Upstream("no upstream can take the request: http://a (down)".into())));
     }
 
@@ -411,10 +426,18 @@ mod tests {
     fn a_pause_past_the_wait_fails_and_a_short_one_is_waited_out() {
         let fleet = fleet(vec![config("http://a", 1, None)]);
         fleet.pause(0, BACKPRESSURE_WAIT + Duration::from_secs(5));
-        let err = fleet.acquire(None, &[], &|| false).map(|l| l.index);
+        let err = fleet.acquire(None, &Tried::new(), &|| false).map(|l| l.index);
         assert!(matches!(err, Err(EngineError::Upstream(ref m)) if m.contains("http://a (paused)")), "{err:?}");
         fleet.pause(0, Duration::from_millis(50));
-        assert_eq!(fleet.acquire(None, &[], &|| false).map(|l| l.index), Ok(0));
+        assert_eq!(fleet.acquire(None, &Tried::new(), &|| false).map(|l| l.index), Ok(0));
+        // The wait for pauses is the request's, across its attempts.
+        let spent = Tried { failed: Vec::new(), pauses_until: Instant::now() };
+        fleet.pause(0, Duration::from_millis(50));
+        let err = fleet.acquire(None, &spent, &|| false).map(|l| l.index);
+        assert!(
+            matches!(err, Err(EngineError::Upstream(ref m)) if m.starts_with("every upstream asked for a pause")),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::sampling::CompiledGrammar;
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use fleet::{affinity_key, UpstreamStats, BACKPRESSURE_WAIT, DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER};
-use fleet::{Fleet, Lease};
+use fleet::{Fleet, Lease, Tried};
 pub use wire::{Dialect, MAX_EVENT_BYTES, MAX_STREAMED_CALLS};
 use wire::{Step, StreamReader};
 
@@ -353,10 +353,10 @@ impl Job {
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: pid 0 is the calling thread; `param` outlives the call.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-        let mut failed = Vec::new();
+        let mut tried = Tried::new();
         loop {
             let gone = || self.events.is_closed();
-            let lease = match self.fleet.acquire(self.request.affinity, &failed, &gone) {
+            let lease = match self.fleet.acquire(self.request.affinity, &tried, &gone) {
                 Ok(lease) => lease,
                 Err(err) => return self.fail(err),
             };
@@ -365,7 +365,7 @@ impl Job {
                 Attempt::Paused => {}
                 Attempt::Retry => {
                     lease.upstream().stats.retried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    failed.push(lease.index);
+                    tried.failed.push(lease.index);
                 }
             }
         }
