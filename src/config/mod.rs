@@ -134,7 +134,7 @@ pub struct ServeArgs {
     /// Path to the GGUF model file (required unless --upstream is given)
     #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath)]
     pub model: Option<PathBuf>,
-    /// An inference server to send generation to instead of loading a model: URL[,mode=completion|chat][,weight=N][,max-concurrent=N][,model=NAME][,key-env=VAR]; repeatable
+    /// An inference server to send generation to instead of loading a model: URL[,mode=completion|chat][,weight=N][,max-concurrent=N][,model=NAME][,key-env=VAR][,api=auto|openai]; repeatable
     #[arg(long, env = "SKILLHOST_UPSTREAM")]
     pub upstream: Vec<String>,
     /// With --upstream: a GGUF whose chat template and vocabulary render and count prompts (its weights are not read) [default: the template from llama-server's /props]
@@ -378,6 +378,13 @@ pub fn parse_upstream(spec: &str) -> Result<UpstreamConfig, ConfigError> {
                 config.max_concurrent = Some(n);
             }
             "model" if !value.is_empty() => config.model = Some(value.to_string()),
+            "api" => {
+                config.openai_api = match value {
+                    "auto" => false,
+                    "openai" => true,
+                    other => return Err(bad(format!("api must be auto or openai, got '{other}'"))),
+                }
+            }
             "key-env" => {
                 // Keys stay out of flags and files that --print-config shows.
                 let key = std::env::var(value)
@@ -386,7 +393,7 @@ pub fn parse_upstream(spec: &str) -> Result<UpstreamConfig, ConfigError> {
             }
             other => {
                 return Err(bad(format!(
-                    "unknown option '{other}' (the options are mode, weight, max-concurrent, model and key-env)"
+                    "unknown option '{other}' (the options are mode, weight, max-concurrent, model, key-env and api)"
                 )))
             }
         }
@@ -957,7 +964,7 @@ skills-watch: true
         let file = write(
             dir.path(),
             "u.yaml",
-            "upstreams:\n  - http://10.0.0.1:8080/\n  - url: https://api.example.com/v1\n    mode: chat\n    weight: 1000\n    max-concurrent: 1\n    model: m\n    key-env: SKILLHOST_TEST_UPSTREAM_KEY\nskills-poll: 86400\nno-skills: false\n",
+            "upstreams:\n  - http://10.0.0.1:8080/\n  - url: https://api.example.com/v1\n    mode: chat\n    weight: 1000\n    max-concurrent: 1\n    model: m\n    key-env: SKILLHOST_TEST_UPSTREAM_KEY\n    api: openai\nskills-poll: 86400\nno-skills: false\n",
         );
         let config = from_args(&["--config", &file.to_string_lossy(), "--ctx-size", "4096"]).unwrap();
         let remote = config.remote.unwrap();
@@ -972,6 +979,7 @@ skills-watch: true
                     model: Some("m".into()),
                     weight: MAX_UPSTREAM_WEIGHT,
                     max_concurrent: Some(1),
+                    openai_api: true,
                 }
             ]
         );
@@ -1002,6 +1010,10 @@ skills-watch: true
         );
         assert!(refused(&["--upstream", "http://a,key-env=SKILLHOST_TEST_UNSET_VARIABLE"]).contains("is not set"));
         assert!(refused(&["--upstream", "http://a,colour=red"]).contains("unknown option 'colour'"));
+        assert_eq!(
+            refused(&["--upstream", "http://a,api=grpc"]),
+            "--upstream http://a,api=grpc: api must be auto or openai, got 'grpc'"
+        );
         let model = write(dir.path(), "m.gguf", "");
         assert!(
             refused(&["--upstream", "http://a", "--model", &model.to_string_lossy()]).contains("exclude each other")

@@ -382,6 +382,30 @@ def test_chat_mode_runs_a_forced_skills_round_trip_on_the_upstreams_template():
         upstream.stop()
 
 
+def test_the_openai_completions_dialect_reuses_the_prefix_and_runs_a_skills_round_trip(upstreams):
+    """`api=openai`: /v1/completions, the dialect vLLM, SGLang and TGI speak,
+    here against llama-server's own implementation of it."""
+    server = RunningServer(["--upstream", upstreams[1].url + ",api=openai", "--skills-dir", str(SKILLS)])
+    try:
+        body = post(
+            server.url,
+            {
+                "messages": [{"role": "user", "content": "Read the skill-authoring skill and say what it is for."}],
+                "max_tokens": 300,
+                "temperature": 0,
+                "parallel_tool_calls": False,
+            },
+            headers={"x-skillhost-tool-choice": "skills_read"},
+        )
+        rounds = body["rounds"]
+        assert len(rounds) == 2, body
+        # `usage.prompt_tokens_details.cached_tokens` of each round.
+        assert rounds[1]["cached_tokens"] >= rounds[0]["prompt_tokens"], rounds
+        assert body["usage"]["completion_tokens"] == sum(r["generated_tokens"] for r in rounds)
+    finally:
+        server.stop()
+
+
 def test_the_openai_and_ollama_clients_work_through_upstreams(fronted):
     import ollama
     from openai import OpenAI

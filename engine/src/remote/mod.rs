@@ -78,6 +78,9 @@ pub struct UpstreamConfig {
     pub weight: u32,
     /// Requests it runs at once at most; more wait or go elsewhere.
     pub max_concurrent: Option<u32>,
+    /// Speak only the OpenAI API to it, even when it is a llama-server
+    /// (whose `/props` still gives the template).
+    pub openai_api: bool,
 }
 
 /// How a request's upstream is chosen.
@@ -394,11 +397,17 @@ impl Job {
         };
         let dialect = match (dialect, upstream.mode()) {
             (_, UpstreamMode::Chat) => Dialect::OpenAiChat,
+            (Dialect::LlamaServer, UpstreamMode::Completion) if upstream.config.openai_api => {
+                Dialect::OpenAiCompletions
+            }
             (d, UpstreamMode::Completion) => d,
         };
-        let strip = (*upstream.adds_bos.get().unwrap_or(&false)).then_some(self.bos.as_str());
+        // `add_special_tokens: false` tells an OpenAI-dialect server not to
+        // add BOS; llama-server's own dialect must be given the prompt without.
+        let strip = (dialect == Dialect::LlamaServer && *upstream.adds_bos.get().unwrap_or(&false))
+            .then_some(self.bos.as_str());
         let body = wire::body(dialect, &self.request, self.grammar.as_ref(), upstream.config.model.as_deref(), strip);
-        tracing::trace!(upstream = %url, %body, "upstream request");
+        tracing::trace!(upstream = %url, path = dialect.path(), %body, "upstream request");
         let started = Instant::now();
         let mut call = self.agent.post(format!("{url}{}", dialect.path())).header("content-type", "application/json");
         if let Some(key) = &upstream.config.api_key {

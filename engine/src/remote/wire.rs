@@ -89,14 +89,7 @@ pub fn body(
             put("repeat_penalty", json!(sampling.repeat_penalty));
             put("ignore_eos", json!(sampling.ignore_eos));
             if let Some(grammar) = grammar {
-                put("grammar", json!(crate::grammar::rooted(grammar)));
-                if let Some(trigger) = &grammar.trigger {
-                    // Type 1 is a word; a word that is one special token
-                    // must also be preserved, or llama-server refuses it.
-                    put("grammar_lazy", json!(true));
-                    put("grammar_triggers", json!([{"type": 1, "value": trigger}]));
-                    put("preserved_tokens", json!([trigger]));
-                }
+                llama_grammar(&mut put, grammar);
             }
         }
         Dialect::OpenAiCompletions => {
@@ -112,7 +105,15 @@ pub fn body(
             put("repetition_penalty", json!(sampling.repeat_penalty));
             put("add_special_tokens", json!(false));
             if let Some(grammar) = grammar {
-                put("guided_grammar", json!(crate::grammar::rooted(grammar)));
+                // llama.cpp's servers read their own fields here too, lazy
+                // triggers included; others ignore them.
+                llama_grammar(&mut put, grammar);
+                // vLLM applies `guided_grammar` from the first token: only a
+                // grammar that holds from the first token may go there, or
+                // every answer would be forced into a tool call.
+                if grammar.trigger.is_none() {
+                    put("guided_grammar", json!(crate::grammar::rooted(grammar)));
+                }
             }
         }
         Dialect::OpenAiChat => {
@@ -126,6 +127,18 @@ pub fn body(
         }
     }
     Value::Object(body)
+}
+
+/// llama-server's grammar fields.
+fn llama_grammar(put: &mut impl FnMut(&str, Value), grammar: &CompiledGrammar) {
+    put("grammar", json!(crate::grammar::rooted(grammar)));
+    if let Some(trigger) = &grammar.trigger {
+        // Type 1 is a word; a word that is one special token must also be
+        // preserved, or llama-server refuses it.
+        put("grammar_lazy", json!(true));
+        put("grammar_triggers", json!([{"type": 1, "value": trigger}]));
+        put("preserved_tokens", json!([trigger]));
+    }
 }
 
 fn add_tools(body: &mut Map<String, Value>, chat: &ChatPayload) {
@@ -540,5 +553,14 @@ mod tests {
         assert_eq!(body["cache_prompt"], true);
         assert_eq!(body["grammar"], "skillhost-value ::= \"x\"\nroot ::= \"<tool_call>\" skillhost-value\n");
         assert_eq!(body["grammar_triggers"], json!([{"type": 1, "value": "<tool_call>"}]));
+        // To an OpenAI-dialect server, a lazy grammar never goes as vLLM's
+        // guided_grammar (which would hold from the first token).
+        let openai = super::body(Dialect::OpenAiCompletions, &request, Some(&grammar), None, None);
+        assert_eq!(openai["grammar_lazy"], true);
+        assert!(openai.get("guided_grammar").is_none());
+        assert_eq!(openai["add_special_tokens"], false);
+        let forced = CompiledGrammar { trigger: None, ..grammar };
+        let openai = super::body(Dialect::OpenAiCompletions, &request, Some(&forced), None, None);
+        assert_eq!(openai["guided_grammar"], openai["grammar"]);
     }
 }
