@@ -195,10 +195,12 @@ def openings_homed(upstreams, per_upstream, system="You are a helpful assistant.
     return chosen
 
 
-def test_a_skills_request_takes_two_rounds_on_one_upstream_that_reuses_its_prefix(fronted, upstreams):
-    before = {u.url: upstream_value(fronted, "skillhost_upstream_requests_total", u) for u in upstreams}
+def read_a_skill_over_two_rounds(url):
+    """A forced skills_read: round 1 calls it, round 2 answers. Round 2
+    continues round 1's prompt on the same upstream, so all of round 1's
+    prompt comes from that upstream's cache."""
     body = post(
-        fronted.url,
+        url,
         {
             "messages": [{"role": "user", "content": "Read the skill-authoring skill and say what it is for."}],
             "max_tokens": 300,
@@ -209,9 +211,13 @@ def test_a_skills_request_takes_two_rounds_on_one_upstream_that_reuses_its_prefi
     )
     rounds = body["rounds"]
     assert len(rounds) == 2, body
-    # Round 2 continues round 1's prompt on the same upstream: all of it
-    # comes from that upstream's cache (its own timings' cache_n).
     assert rounds[1]["cached_tokens"] >= rounds[0]["prompt_tokens"], rounds
+    return body
+
+
+def test_a_skills_request_takes_two_rounds_on_one_upstream_that_reuses_its_prefix(fronted, upstreams):
+    before = {u.url: upstream_value(fronted, "skillhost_upstream_requests_total", u) for u in upstreams}
+    read_a_skill_over_two_rounds(fronted.url)
     sent = {u.url: upstream_value(fronted, "skillhost_upstream_requests_total", u) - before[u.url] for u in upstreams}
     assert sorted(sent.values()) == [0, 2], sent
 
@@ -387,20 +393,10 @@ def test_the_openai_completions_dialect_reuses_the_prefix_and_runs_a_skills_roun
     here against llama-server's own implementation of it."""
     server = RunningServer(["--upstream", upstreams[1].url + ",api=openai", "--skills-dir", str(SKILLS)])
     try:
-        body = post(
-            server.url,
-            {
-                "messages": [{"role": "user", "content": "Read the skill-authoring skill and say what it is for."}],
-                "max_tokens": 300,
-                "temperature": 0,
-                "parallel_tool_calls": False,
-            },
-            headers={"x-skillhost-tool-choice": "skills_read"},
-        )
+        # The cached counts come from the dialect's own
+        # `usage.prompt_tokens_details.cached_tokens`.
+        body = read_a_skill_over_two_rounds(server.url)
         rounds = body["rounds"]
-        assert len(rounds) == 2, body
-        # `usage.prompt_tokens_details.cached_tokens` of each round.
-        assert rounds[1]["cached_tokens"] >= rounds[0]["prompt_tokens"], rounds
         assert body["usage"]["completion_tokens"] == sum(r["generated_tokens"] for r in rounds)
     finally:
         server.stop()
