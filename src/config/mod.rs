@@ -342,8 +342,14 @@ pub fn parse_upstream(spec: &str) -> Result<UpstreamConfig, ConfigError> {
     let mut parts = spec.split(',').map(str::trim);
     let url = parts.next().unwrap_or_default().trim_end_matches('/');
     let host = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
-    if host.is_none_or(str::is_empty) {
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
         return Err(bad("the URL must start with http:// or https://".into()));
+    };
+    // Credentials in a URL would show in --print-config and in logs.
+    if host.split('/').next().is_some_and(|authority| authority.contains('@')) {
+        return Err(ConfigError(
+            "--upstream: the URL carries a user name or password; put the upstream's key in a variable and name it with key-env=VAR".into(),
+        ));
     }
     // A base URL given with its API root (`…/v1`, as OpenAI clients take
     // it) means the server's root: our paths add `/v1` themselves.
