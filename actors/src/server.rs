@@ -23,8 +23,9 @@ const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an install may take: a 256 MB archive on a slow disk.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How long starting a request may wait for the supervisor. Loading a model
-/// happens in the supervisor's mailbox, so this covers a reload in progress.
+/// How long starting a request may wait for the supervisor, which spawns
+/// each request's loop actor (and with it a workspace) in its mailbox. A
+/// model loads outside it, so a load in progress never counts here.
 const START_TIMEOUT_MS: u64 = 120_000;
 
 /// A cheap, clonable handle to the running actor system.

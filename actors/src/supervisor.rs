@@ -54,6 +54,10 @@ pub struct SupervisorArgs {
 pub enum SupervisorMsg {
     /// Sent to itself at start and after the engine died: (re)load the model.
     LoadModel,
+    /// Sent by the loading task when the model actor is up (or could not
+    /// start): loading runs outside this mailbox, which stays free for
+    /// chats (refused while loading), skills routes and token counts.
+    ModelLoaded(Result<(ActorRef<ModelMsg>, Arc<dyn ModelBackend>), String>),
     /// Sent by the HTTP layer for each chat request: spawn its loop actor,
     /// which reports on `events`.
     StartChat {
@@ -84,6 +88,8 @@ pub struct SupervisorState {
     status: watch::Sender<ModelStatus>,
     /// The running model actor, when a model is loaded.
     model: Option<ActorRef<ModelMsg>>,
+    /// A loading task is running.
+    loading: bool,
     /// When recent restarts happened, to cap restart loops.
     restarts: Vec<Instant>,
     /// The skills registry's setup, kept to restart it.
@@ -112,6 +118,7 @@ impl Actor for Supervisor {
             conversations: args.conversations,
             status: args.status,
             model: None,
+            loading: false,
             restarts: Vec::new(),
             skills: args.skills,
             skills_actor: None,
@@ -132,7 +139,8 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::LoadModel => load_model(myself.get_cell(), state).await,
+            SupervisorMsg::LoadModel => load_model(&myself, state),
+            SupervisorMsg::ModelLoaded(result) => model_loaded(&myself, state, result),
             SupervisorMsg::StartChat { request, events, reply } => {
                 let result = start_chat(myself.get_cell(), state, *request, events).await;
                 let _ = reply.send(result);
@@ -227,23 +235,52 @@ fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     let _ = myself.cast(SupervisorMsg::LoadModel);
 }
 
-async fn load_model(supervisor: ActorCell, state: &mut SupervisorState) {
+/// Starts loading the model in a task of its own (a GGUF takes seconds to
+/// minutes, and upstreams may take minutes to answer); the task reports
+/// with [`SupervisorMsg::ModelLoaded`].
+fn load_model(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
+    if state.loading {
+        return;
+    }
+    state.loading = true;
     let _ = state.status.send(ModelStatus::Loading);
     let path = state.engine.describe();
     tracing::info!(model = %path, "loading the model");
-    let spawned = Actor::spawn_linked(None, ModelActor, state.engine.clone(), supervisor).await;
-    let model = match spawned {
-        Ok((model, _)) => model,
-        Err(err) => {
-            let message = format!("{err}");
-            tracing::error!(model = %path, error = %message, "the model failed to load");
-            let _ = state.status.send(ModelStatus::Failed(message));
-            return;
+    let source = state.engine.clone();
+    let myself = myself.clone();
+    tokio::spawn(async move {
+        let result = match Actor::spawn_linked(None, ModelActor, source, myself.get_cell()).await {
+            Ok((model, _)) => match ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS) {
+                Ok(backend) => Ok((model, backend)),
+                Err(err) => {
+                    model.stop(None);
+                    Err(format!("the model actor did not answer: {err}"))
+                }
+            },
+            Err(err) => Err(format!("{err}")),
+        };
+        if let Err(err) = &result {
+            tracing::error!(model = %path, error = %err, "the model failed to load");
         }
-    };
-    match ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS) {
-        Ok(engine) => {
-            let info = Arc::clone(engine.info());
+        let _ = myself.cast(SupervisorMsg::ModelLoaded(result));
+    });
+}
+
+fn model_loaded(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    result: Result<(ActorRef<ModelMsg>, Arc<dyn ModelBackend>), String>,
+) {
+    state.loading = false;
+    match result {
+        // It died between answering and this message: its failure reached
+        // the supervisor before it was known as the model, so restart here.
+        Ok((model, _)) if model.get_status() != ractor::ActorStatus::Running => {
+            tracing::error!("the model engine died as it started; restarting it");
+            engine_lost(myself, state);
+        }
+        Ok((model, backend)) => {
+            let info = Arc::clone(backend.info());
             tracing::info!(
                 model = %info.id,
                 n_ctx = info.n_ctx,
@@ -252,12 +289,11 @@ async fn load_model(supervisor: ActorCell, state: &mut SupervisorState) {
                 tool_calls = ?info.format.capabilities().tool_family,
                 "model ready"
             );
-            let _ = state.status.send(ModelStatus::Ready { info, stats: Arc::clone(engine.stats()) });
+            let _ = state.status.send(ModelStatus::Ready { info, stats: Arc::clone(backend.stats()) });
             state.model = Some(model);
         }
-        Err(err) => {
-            tracing::error!(error = %err, "the model actor did not answer");
-            model.stop(None);
+        Err(message) => {
+            let _ = state.status.send(ModelStatus::Failed(message));
         }
     }
 }

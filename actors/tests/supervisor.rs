@@ -95,3 +95,42 @@ async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
     assert!(answer.contains("Paris"), "answer after the restart: {answer}");
     server.shutdown();
 }
+
+/// Loading runs outside the supervisor's mailbox: while the model's file
+/// cannot be read yet (a FIFO nobody writes to), the skills registry still
+/// answers through the supervisor and a chat is refused as loading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_answers_while_the_model_loads() {
+    use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let root = dir.path().join("skills");
+    std::fs::create_dir_all(&root).unwrap();
+    let skills = SkillsConfig {
+        roots: vec![Root { path: root, origin: Origin::Discovered }],
+        install_dir: None,
+        watch: false,
+        poll: None,
+    };
+    let engine = EngineConfig { model_path: fifo.clone(), n_parallel: 1, ..Default::default() };
+    let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();
+    // No one has opened the FIFO for writing, so the loader cannot get
+    // past opening the file: the model is loading for as long as we like.
+    // A supervisor that loaded in its own handler would not answer here.
+    let skills = server.skills().unwrap().clone();
+    skills.rescan().await.unwrap();
+    assert!(matches!(server.status(), ModelStatus::Loading), "{:?}", server.status());
+    let refused = server.chat(request("Hello", 4)).await.err();
+    assert!(matches!(refused, Some(ChatError::Unavailable(ref m)) if m.contains("loading")), "{refused:?}");
+    // A writer that opens and closes lets the loader on; the FIFO is no
+    // model, so the load fails and says so.
+    let writer_path = fifo.clone();
+    tokio::task::spawn_blocking(move || drop(std::fs::OpenOptions::new().write(true).open(writer_path).unwrap()))
+        .await
+        .unwrap();
+    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Failed(_)));
+    server.shutdown();
+}
