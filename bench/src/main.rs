@@ -170,7 +170,12 @@ impl ServerProcess {
 
     /// Starts a server that logs `listening on URL` to stderr and answers
     /// `GET /health` once ready (skillhost and llama-server both do).
-    fn spawn(mut command: Command) -> Self {
+    fn spawn(command: Command) -> Self {
+        Self::spawn_keeping_log(command, None)
+    }
+
+    /// [`Self::spawn`], keeping every later log line in `log` when given.
+    fn spawn_keeping_log(mut command: Command, log: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>) -> Self {
         let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("start skillhost");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
@@ -181,7 +186,13 @@ impl ServerProcess {
             }
         };
         // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(log) = &log {
+                    log.lock().expect("log").push(line);
+                }
+            }
+        });
         let server = ServerProcess { child, url };
         for _ in 0..1200 {
             if ureq::get(&format!("{}/health", server.url)).call().is_ok() {

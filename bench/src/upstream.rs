@@ -14,9 +14,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
@@ -48,33 +48,11 @@ fn fronting(upstreams: &[&ServerProcess], extra: &[&str], log: Option<Arc<Mutex<
         command.args(["--upstream", &upstream.url]);
     }
     command.args(extra);
-    let Some(log) = log else {
-        command.env("RUST_LOG", "warn,skillhost=info");
-        return ServerProcess::spawn(command);
-    };
-    // The request bodies are logged at trace level; the log is read as it
-    // comes, so the server never waits on a full pipe.
-    command.env("RUST_LOG", "warn,skillhost=info,skillhost_engine::remote=trace");
-    let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("start skillhost");
-    let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let (url_tx, url_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if let Some(at) = line.find("listening on ") {
-                let _ = url_tx.send(line[at + "listening on ".len()..].trim().to_string());
-            }
-            log.lock().expect("log").push(line);
-        }
-    });
-    let url = url_rx.recv_timeout(Duration::from_secs(120)).expect("skillhost never listened");
-    let server = ServerProcess { child, url };
-    for _ in 0..1200 {
-        if ureq::get(&format!("{}/health", server.url)).call().is_ok() {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("skillhost never became healthy");
+    // With a log to keep, the request bodies are logged at trace level.
+    let level =
+        if log.is_some() { "warn,skillhost=info,skillhost_engine::remote=trace" } else { "warn,skillhost=info" };
+    command.env("RUST_LOG", level);
+    ServerProcess::spawn_keeping_log(command, log)
 }
 
 pub fn run(binary: PathBuf, threads: i32) {

@@ -329,6 +329,27 @@ function describe(message) {
   return `state ${message.state}, text ${JSON.stringify(message.text.slice(0, 200))}, error ${JSON.stringify(message.error)}`;
 }
 
+// Records every text the activity panel shows, so a short-lived step is not
+// missed between two polls.
+async function watchActivity(page) {
+  await page.evaluate(() => {
+    const activity = document.getElementById('activity');
+    window.__activitySeen = [];
+    new MutationObserver(() => {
+      if (activity.textContent) window.__activitySeen.push({ text: activity.textContent, shown: !activity.hidden });
+    }).observe(activity, { childList: true, characterData: true, subtree: true, attributes: true });
+  });
+}
+
+// Waits until the watched activity panel has shown `text`.
+function shownInActivity(page, text) {
+  return page.waitForFunction(
+    (wanted) => window.__activitySeen.some((seen) => seen.shown && seen.text.includes(wanted)),
+    text,
+    { timeout: TOOL_TURN_TIMEOUT_MS },
+  );
+}
+
 // Adds a named tool_choice to the page's POST /api/chat bodies, so the tiny
 // model calls that tool in its first round; the page itself never sends one.
 async function forceTool(page, name, bodies) {
@@ -402,26 +423,14 @@ async function run() {
   await step(3, 'a skills_read step shows in the activity panel and is cleared at the end', async () => {
     await page.check('#skill-picker [data-skill="skillhost-api"]');
     check(await page.locator('#messages .message').count() === 0, 'selecting a skill did not start a new conversation');
-    // Record every text the panel shows, so a short-lived step is not missed
-    // between two polls.
-    await page.evaluate(() => {
-      const activity = document.getElementById('activity');
-      window.__activitySeen = [];
-      new MutationObserver(() => {
-        if (activity.textContent) window.__activitySeen.push({ text: activity.textContent, shown: !activity.hidden });
-      }).observe(activity, { childList: true, characterData: true, subtree: true, attributes: true });
-    });
+    await watchActivity(page);
     const bodies = [];
     await forceTool(page, 'skills_read', bodies);
     // maxTokens is the whole turn's budget: room for round 1's call (the
     // small model repeats it) and round 2's answer.
     await page.fill('#max-tokens', '512');
     await send(page, 'How do I upload a skill to skillhost?');
-    await page.waitForFunction(
-      () => window.__activitySeen.some((seen) => seen.shown && seen.text.includes('skills_read')),
-      null,
-      { timeout: TOOL_TURN_TIMEOUT_MS },
-    );
+    await shownInActivity(page, 'skills_read');
     await waitForTurnEnd(page, TOOL_TURN_TIMEOUT_MS);
     await page.unroute('**/api/chat');
     const answer = await lastAssistant(page);
@@ -722,22 +731,12 @@ async function run() {
       await waitForTurnEnd(frontedPage, TOOL_TURN_TIMEOUT_MS);
       const plain = await lastAssistant(frontedPage);
       check(plain.state === 'done' && plain.text.trim() !== '', `the fronted turn did not finish: ${describe(plain)}`);
-      await frontedPage.evaluate(() => {
-        const activity = document.getElementById('activity');
-        window.__activitySeen = [];
-        new MutationObserver(() => {
-          if (activity.textContent) window.__activitySeen.push(activity.textContent);
-        }).observe(activity, { childList: true, characterData: true, subtree: true, attributes: true });
-      });
+      await watchActivity(frontedPage);
       const bodies = [];
       await forceTool(frontedPage, 'skills_read', bodies);
       await frontedPage.fill('#max-tokens', '512');
       await send(frontedPage, 'How do I upload a skill to skillhost?');
-      await frontedPage.waitForFunction(
-        () => window.__activitySeen.some((text) => text.includes('skills_read')),
-        null,
-        { timeout: TOOL_TURN_TIMEOUT_MS },
-      );
+      await shownInActivity(frontedPage, 'skills_read');
       await waitForTurnEnd(frontedPage, TOOL_TURN_TIMEOUT_MS);
       const read = await lastAssistant(frontedPage);
       check(read.state === 'done', `the fronted skills turn did not finish: ${describe(read)}`);

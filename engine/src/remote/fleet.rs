@@ -441,6 +441,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_is_honoured_up_to_its_cap_and_capped_past_it() {
+        let fleet = fleet(vec![config("http://a", 1, None)]);
+        let until = |fleet: &Fleet| fleet.upstreams[0].paused_until().unwrap_or_else(Instant::now);
+        let before = Instant::now();
+        fleet.pause(0, MAX_RETRY_AFTER);
+        assert!(until(&fleet) >= before + MAX_RETRY_AFTER, "a pause at the cap is taken whole");
+        let before = Instant::now();
+        fleet.pause(0, MAX_RETRY_AFTER + Duration::from_secs(1));
+        let after = Instant::now();
+        let paused = until(&fleet);
+        assert!(paused >= before + MAX_RETRY_AFTER && paused <= after + MAX_RETRY_AFTER, "one past the cap is capped");
+        assert_eq!(fleet.upstreams[0].stats.backpressure.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn the_key_covers_the_opening_and_nothing_after_it() {
         let system = ChatMessage::new(Role::System, "s");
         let user = ChatMessage::new(Role::User, "q");

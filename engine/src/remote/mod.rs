@@ -409,11 +409,7 @@ impl Job {
         let body = wire::body(dialect, &self.request, self.grammar.as_ref(), upstream.config.model.as_deref(), strip);
         tracing::trace!(upstream = %url, path = dialect.path(), %body, "upstream request");
         let started = Instant::now();
-        let mut call = self.agent.post(format!("{url}{}", dialect.path())).header("content-type", "application/json");
-        if let Some(key) = &upstream.config.api_key {
-            call = call.header("authorization", format!("Bearer {key}"));
-        }
-        let response = match call.send(body.to_string()) {
+        let response = match post(&self.agent, upstream, dialect.path()).send(body.to_string()) {
             Ok(response) => response,
             Err(err) => {
                 upstream.stats.errors.fetch_add(1, Relaxed);
@@ -537,21 +533,32 @@ fn agent_for_probes() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(HEALTH_TIMEOUT)).build().into()
 }
 
-fn get_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str) -> Result<Value, String> {
-    let mut call = agent.get(format!("{}{path}", upstream.config.url));
-    if let Some(key) = &upstream.config.api_key {
-        call = call.header("authorization", format!("Bearer {key}"));
+/// A call to `upstream` with its key, when it has one.
+fn with_key<B>(call: ureq::RequestBuilder<B>, upstream: &fleet::Upstream) -> ureq::RequestBuilder<B> {
+    match &upstream.config.api_key {
+        Some(key) => call.header("authorization", format!("Bearer {key}")),
+        None => call,
     }
-    let response = call.call().map_err(|err| err.to_string())?;
+}
+
+/// A JSON `POST` to `path` of `upstream`.
+fn post(
+    agent: &ureq::Agent,
+    upstream: &fleet::Upstream,
+    path: &str,
+) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    with_key(agent.post(format!("{}{path}", upstream.config.url)), upstream).header("content-type", "application/json")
+}
+
+fn get_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str) -> Result<Value, String> {
+    let response = with_key(agent.get(format!("{}{path}", upstream.config.url)), upstream)
+        .call()
+        .map_err(|err| err.to_string())?;
     read_json(response)
 }
 
 fn post_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str, body: &Value) -> Result<Value, String> {
-    let mut call = agent.post(format!("{}{path}", upstream.config.url)).header("content-type", "application/json");
-    if let Some(key) = &upstream.config.api_key {
-        call = call.header("authorization", format!("Bearer {key}"));
-    }
-    let response = call.send(body.to_string()).map_err(|err| err.to_string())?;
+    let response = post(agent, upstream, path).send(body.to_string()).map_err(|err| err.to_string())?;
     read_json(response)
 }
 
