@@ -24,6 +24,9 @@ pub struct ChatRequest {
     /// A conversation whose workspace outlives this request (Web UI);
     /// `None` gives the request a workspace of its own.
     pub conversation: Option<String>,
+    /// Whether the model may delegate to child agents; `None` uses the
+    /// server's setting, `Some(false)` turns it off for this request.
+    pub multi_agent: Option<bool>,
 }
 
 /// Why a request ended without an answer.
@@ -80,6 +83,8 @@ pub enum ToolPhase {
 /// Progress of one code tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolProgress {
+    /// The agent that made the call; `/root` for the request's own model.
+    pub agent_id: String,
     pub phase: ToolPhase,
     pub tool: String,
     /// A path or a command, shortened.
@@ -92,8 +97,10 @@ pub struct ToolProgress {
 }
 
 /// What one round of the loop cost.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RoundStats {
+    /// The agent whose round it was; `/root` for the request's own model.
+    pub agent_id: String,
     pub prompt_tokens: usize,
     /// Prompt tokens reused from the KV cache.
     pub cached_tokens: usize,
@@ -102,6 +109,32 @@ pub struct RoundStats {
     pub copied_tokens: usize,
     pub generated_tokens: usize,
     pub time_to_first_token_ms: f64,
+}
+
+/// Where a child agent stands, for the Web UI's activity line and panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentPhase {
+    /// Started, with its task.
+    Spawned,
+    /// Took a follow-up message (`send_input`) and works again.
+    Working,
+    /// Finished its task; its report waits for the parent.
+    Reported,
+    /// Ended with an error or a crash; the parent reads why.
+    Failed,
+    /// Stopped by its parent (`close_agent`).
+    Closed,
+}
+
+/// A change in a child agent's life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentUpdate {
+    pub agent_id: String,
+    pub phase: AgentPhase,
+    /// The task (spawned, working) or the report's first line, shortened.
+    pub detail: String,
+    /// Rounds the agent has run in its current task.
+    pub rounds: u32,
 }
 
 /// What a running request reports, in order: `Accepted`, then `Content`
@@ -119,6 +152,8 @@ pub enum ChatEvent {
     SkillStep(SkillStep),
     /// A code tool call is writing, running or done.
     ToolProgress(ToolProgress),
+    /// A child agent started, took input, reported, failed or was closed.
+    Agent(AgentUpdate),
     /// The calls the model made to the caller's tools, complete, with unique ids.
     ToolCalls(Vec<ToolCall>),
     /// `timings` are the last round's; `rounds` has every round.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::artifacts::{ArtifactStore, Artifacts};
+use crate::chat_loop::agents::AgentStats;
 use crate::chat_loop::{LoopMsg, LoopSettings};
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
@@ -41,6 +42,7 @@ pub struct Server {
     conversations: Arc<Conversations>,
     /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
     allows_scripts: bool,
+    agent_stats: Arc<AgentStats>,
 }
 
 /// What the server is started with.
@@ -175,6 +177,7 @@ impl Server {
             None => (None, None),
         };
         let conversations = Arc::new(Conversations::default());
+        let agent_stats = Arc::new(AgentStats::default());
         let args = SupervisorArgs {
             engine: config.model,
             loop_settings: config.loop_settings,
@@ -183,6 +186,7 @@ impl Server {
             conversations: Arc::clone(&conversations),
             status: status_tx,
             skills: skills_args,
+            agent_stats: Arc::clone(&agent_stats),
         };
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
@@ -194,7 +198,16 @@ impl Server {
             installable,
             install_dir: install_dir.clone(),
         });
-        Ok(Server { supervisor, status, skills, exec: config.exec, artifacts, conversations, allows_scripts })
+        Ok(Server {
+            supervisor,
+            status,
+            skills,
+            exec: config.exec,
+            artifacts,
+            conversations,
+            allows_scripts,
+            agent_stats,
+        })
     }
 
     /// Process execution and artifacts, when offered.
@@ -210,6 +223,11 @@ impl Server {
     /// Web UI conversations.
     pub fn conversations(&self) -> &Conversations {
         &self.conversations
+    }
+
+    /// Counters of the agents requests started, for `/metrics`.
+    pub fn agent_stats(&self) -> &AgentStats {
+        &self.agent_stats
     }
 
     /// Whether the model may run skill scripts.

@@ -9,6 +9,7 @@ use skillhost_engine::{EngineStats, ModelInfo};
 use tokio::sync::{mpsc, watch};
 
 use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
+use crate::chat_loop::agents::AgentStats;
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
 use crate::model::{ModelActor, ModelBackend, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
@@ -49,6 +50,8 @@ pub struct SupervisorArgs {
     /// The skills registry's setup and the channel its snapshots go out on;
     /// `None` with `--no-skills`.
     pub skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
+    /// Counters of the agents requests start.
+    pub agent_stats: Arc<AgentStats>,
 }
 
 pub enum SupervisorMsg {
@@ -96,6 +99,7 @@ pub struct SupervisorState {
     skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
     /// The running registry actor.
     skills_actor: Option<ActorRef<SkillsMsg>>,
+    agent_stats: Arc<AgentStats>,
 }
 
 impl Actor for Supervisor {
@@ -122,6 +126,7 @@ impl Actor for Supervisor {
             restarts: Vec::new(),
             skills: args.skills,
             skills_actor: None,
+            agent_stats: args.agent_stats,
         };
         start_skills(myself.get_cell(), &mut state).await?;
         if let Some(store) = args.artifacts {
@@ -325,6 +330,8 @@ async fn start_chat(
         artifacts: state.artifacts.clone(),
         conversations: Arc::clone(&state.conversations),
         events,
+        agent_stats: Arc::clone(&state.agent_stats),
+        seat: None,
     };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
         .await

@@ -153,6 +153,8 @@ pub struct EngineStats {
     /// Requests whose receiver went away before they finished (client
     /// disconnects and cancellations).
     pub cancelled: AtomicUsize,
+    /// Most sequences one decode step carried since the engine started.
+    pub batch_sequences_max: AtomicUsize,
     /// Each upstream's counters, when generation goes to upstream servers.
     pub upstreams: Vec<Arc<crate::remote::UpstreamStats>>,
 }

@@ -543,7 +543,8 @@ impl<'m> Executor<'m> {
     /// prefix of its prompt that any sequence holds, copied when another
     /// sequence holds more of it than that slot.
     fn admit(&mut self) {
-        while let Some(queued) = self.queue.front() {
+        let mut position = 0;
+        while let Some(queued) = self.queue.get(position) {
             let free: Vec<usize> = (0..self.slots.len())
                 .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].keeps_prefix)
                 .collect();
@@ -560,6 +561,13 @@ impl<'m> Executor<'m> {
                     by_tokens.max(by_text)
                 })
                 .collect();
+            if self.sharing && self.waits_for_prefill(&queued.tokens, reuse.iter().copied().max().unwrap_or(0)) {
+                // Its prefix is being decoded for another request right now:
+                // it takes the copy once that is done, and those behind it
+                // may go first.
+                position += 1;
+                continue;
+            }
             let chosen = if self.sharing {
                 free.iter().copied().min_by_key(|&i| {
                     let slot = &self.slots[i];
@@ -587,9 +595,24 @@ impl<'m> Executor<'m> {
             if busy && active_used + queued.tokens.len() - shared_with_active + 1 > self.n_ctx {
                 return;
             }
-            let Some(queued) = self.queue.pop_front() else { return };
+            let Some(queued) = self.queue.remove(position) else { return };
             self.start(best, donor, queued);
         }
+    }
+
+    /// Whether a prompt shares with a prompt still being prefilled at least
+    /// [`MIN_SHARED_PREFIX_TOKENS`] more than any cache holds now. Such a
+    /// prompt (children an agent started together, a burst of requests
+    /// with one system prompt) waits for that prefill and copies the
+    /// prefix, instead of decoding the same tokens beside it.
+    fn waits_for_prefill(&self, tokens: &[LlamaToken], reuse_now: usize) -> bool {
+        self.slots.iter().any(|slot| {
+            let Some(active) = slot.active.as_ref().filter(|a| !a.prompt_pending.is_empty()) else { return false };
+            let held = slot.cache.len();
+            let kept = common_prefix(slot.cache.tokens(), tokens);
+            let shared = if kept < held { kept } else { held + common_prefix(&active.prompt_pending, &tokens[held..]) };
+            shared >= reuse_now + MIN_SHARED_PREFIX_TOKENS
+        })
     }
 
     /// Starts a request in slot `index`, reusing what that slot caches or,
@@ -784,6 +807,14 @@ impl<'m> Executor<'m> {
                 return;
             }
         }
+        // How many sequences decode side by side, for `/metrics`.
+        let sequences = self
+            .slots
+            .iter()
+            .filter_map(|s| s.active.as_ref())
+            .filter(|a| a.logits_at.is_some() || a.prompt_in_batch > 0)
+            .count();
+        self.stats.batch_sequences_max.fetch_max(sequences, std::sync::atomic::Ordering::Relaxed);
         self.after_decode();
     }
 

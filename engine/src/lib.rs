@@ -38,7 +38,7 @@ pub mod tool_calls;
 pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
 pub use engine::{
     at_idle_priority, Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent,
-    ModelInfo, Submitted, Timings, LARGE_PROMPT_BYTES,
+    ModelInfo, Submitted, Timings, BATCH_SIZE, LARGE_PROMPT_BYTES,
 };
 pub use error::EngineError;
 pub use executor::context_params;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use skillhost_engine::{
     ChatMessage, Conversation, Engine, EngineConfig, FinishReason, GenerateRequest, GenerationEvent, ResponseFormat,
-    Role, SamplingParams, Timings, ToolChoice, MIN_SHARED_PREFIX_TOKENS,
+    Role, SamplingParams, Timings, ToolChoice, BATCH_SIZE, MIN_SHARED_PREFIX_TOKENS,
 };
 
 fn model_path() -> PathBuf {
@@ -195,6 +195,45 @@ async fn a_new_conversation_copies_the_prefix_a_running_one_holds_and_answers_th
     assert_eq!(answer, expected);
 }
 
+/// Reads a submitted request's events to its end.
+async fn finished(mut submitted: skillhost_engine::Submitted) -> (FinishReason, Timings) {
+    loop {
+        match submitted.events.recv().await {
+            Some(GenerationEvent::Finished { reason, timings }) => return (reason, timings),
+            Some(GenerationEvent::Failed(err)) => panic!("{err}"),
+            Some(GenerationEvent::Text(_) | GenerationEvent::ToolCalls(_)) => {}
+            None => panic!("no finish"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn prompts_sharing_a_prefix_submitted_together_decode_it_once() {
+    // Four prompts that differ only after a shared part longer than one
+    // batch arrive together (children an agent started at once): the first
+    // prefills it over several steps, the others wait for that and copy it.
+    let engine = start(4);
+    let rules: Vec<String> = (1..=300).map(|i| format!("Rule {i}: answer briefly and name the city.")).collect();
+    let system = ChatMessage::new(Role::System, format!("You are a helpful assistant. {}", rules.join(" ")));
+    let shared = engine.count_tokens(prompt(&engine, std::slice::from_ref(&system))).await.unwrap_or(0);
+    assert!(shared > BATCH_SIZE as usize, "the shared part is only {shared} tokens");
+    let requests = ["France", "Spain", "Italy", "Japan"].map(|city| {
+        let question = ChatMessage::new(Role::User, format!("What is the capital of {city}?"));
+        greedy_request(prompt(&engine, &[system.clone(), question]), 4)
+    });
+    let submitted = futures_util::future::join_all(requests.into_iter().map(|request| engine.submit(request))).await;
+    let mut decoded = 0;
+    let mut copied = Vec::new();
+    for submitted in submitted {
+        let (_, timings) = finished(submitted.unwrap_or_else(|err| panic!("{err}"))).await;
+        decoded += timings.prompt_n;
+        copied.push(timings.copied_n);
+    }
+    // One prefill of the shared part, plus each prompt's own few tokens.
+    assert_eq!(copied.iter().filter(|&&n| n * 10 >= shared * 9).count(), 3, "copied: {copied:?}");
+    assert!(decoded < shared + 4 * 40, "{decoded} prompt tokens decoded for {shared} shared: {copied:?}");
+}
+
 #[tokio::test]
 async fn requests_sharing_a_prefix_run_together_where_their_lengths_alone_would_not_fit() {
     // Three prompts of ~600 tokens are more than this context, but the
@@ -215,27 +254,13 @@ async fn requests_sharing_a_prefix_run_together_where_their_lengths_alone_would_
             Err(err) => panic!("{err}"),
         }
     }
-    for mut submitted in others {
-        let timings = loop {
-            match submitted.events.recv().await {
-                Some(GenerationEvent::Finished { timings, .. }) => break timings,
-                Some(GenerationEvent::Failed(err)) => panic!("{err}"),
-                Some(GenerationEvent::Text(_) | GenerationEvent::ToolCalls(_)) => {}
-                None => panic!("no finish"),
-            }
-        };
+    for submitted in others {
+        let (_, timings) = finished(submitted).await;
         assert!(timings.copied_n > 300, "admitted without the shared cells: {timings:?}");
     }
     // The first one was never cut short to make room.
-    let reason = loop {
-        match first.events.recv().await {
-            Some(GenerationEvent::Finished { reason, timings }) => break (reason, timings.predicted_n),
-            Some(GenerationEvent::Failed(err)) => panic!("{err}"),
-            Some(GenerationEvent::Text(_) | GenerationEvent::ToolCalls(_)) => {}
-            None => panic!("no finish"),
-        }
-    };
-    assert_eq!(reason, (FinishReason::Length, 48));
+    let (reason, timings) = finished(first).await;
+    assert_eq!((reason, timings.predicted_n), (FinishReason::Length, 48));
 }
 
 fn saved_files(dir: &Path) -> Vec<String> {

@@ -220,6 +220,12 @@ pub struct ServeArgs {
     /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
     #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT")]
     pub turn_timeout: Option<u64>,
+    /// Do not offer the coordination tools (spawn_agent and the rest): the model cannot delegate to child agents
+    #[arg(long = "no-multi-agent", env = "SKILLHOST_NO_MULTI_AGENT")]
+    pub no_multi_agent: bool,
+    /// Child agents may use the parent's tools that write and run, in the parent's workspace; without it they only read
+    #[arg(long = "agents-allow-write", env = "SKILLHOST_AGENTS_ALLOW_WRITE")]
+    pub agents_allow_write: bool,
     /// Offer skills_run (running a skill's bundled scripts)
     #[arg(long = "skills-allow-exec", env = "SKILLHOST_SKILLS_ALLOW_EXEC")]
     pub skills_allow_exec: bool,
@@ -543,6 +549,9 @@ impl ServeArgs {
                 Some(seconds) => std::time::Duration::from_secs(seconds),
                 None => DEFAULT_TURN_TIMEOUT,
             },
+            multi_agent: !self.no_multi_agent,
+            agents_allow_write: self.agents_allow_write,
+            agent_limits: Default::default(),
         };
         for (flag, value) in
             [("--temperature", loop_settings.temperature), ("--code-exec-temperature", loop_settings.code_temperature)]

@@ -53,6 +53,7 @@ pub struct MessagesRequest {
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
+    multi_agent: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -300,6 +301,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         parallel_tool_calls,
         skills: request.skills,
         skills_discovery: request.skills_discovery,
+        multi_agent: request.multi_agent,
         stream: request.stream,
         ..ChatCompletionRequest::default()
     };

@@ -6,6 +6,7 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use skillhost_actors::chat_loop::agents::AgentStats;
 use skillhost_actors::ModelStatus;
 use skillhost_engine::Timings;
 
@@ -28,7 +29,57 @@ pub struct Metrics {
     queued: IntGauge,
     cancelled: IntGauge,
     model_ready: IntGauge,
+    batch_sequences_max: IntGauge,
     upstreams: UpstreamMetrics,
+    agents: AgentMetrics,
+}
+
+/// Child agents, copied from the server's counters at scrape time.
+struct AgentMetrics {
+    spawned: IntCounter,
+    finished: IntCounter,
+    stopped: IntCounter,
+    failed: IntCounter,
+    open: IntGauge,
+}
+
+impl AgentMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = AgentMetrics {
+            spawned: IntCounter::new("agents_spawned_total", "Child agents started with spawn_agent.")?,
+            finished: IntCounter::new("agents_finished_total", "Reports child agents finished (one per task).")?,
+            stopped: IntCounter::new(
+                "agents_stopped_total",
+                "Child agents closed by their parent, or stopped with it while working.",
+            )?,
+            failed: IntCounter::new("agents_failed_total", "Child agents that ended with an error or a crash.")?,
+            open: IntGauge::new("agents_open", "Child agents alive right now.")?,
+        };
+        registry.register(Box::new(metrics.spawned.clone()))?;
+        registry.register(Box::new(metrics.finished.clone()))?;
+        registry.register(Box::new(metrics.stopped.clone()))?;
+        registry.register(Box::new(metrics.failed.clone()))?;
+        registry.register(Box::new(metrics.open.clone()))?;
+        Ok(metrics)
+    }
+
+    fn update(&self, stats: &AgentStats) {
+        sync(&self.spawned, &stats.spawned);
+        sync(&self.finished, &stats.finished);
+        sync(&self.stopped, &stats.stopped);
+        sync(&self.failed, &stats.failed);
+        self.open.set(stats.open.load(Ordering::SeqCst) as i64);
+    }
+}
+
+/// Counters only grow: each scrape adds what the source gained since the
+/// last one.
+fn sync(counter: &IntCounter, source: &AtomicU64) {
+    let now = source.load(Ordering::Relaxed);
+    let shown = counter.get();
+    if now > shown {
+        counter.inc_by(now - shown);
+    }
 }
 
 /// Per-upstream series, copied from the fleet's counters at scrape time.
@@ -93,15 +144,6 @@ impl UpstreamMetrics {
     }
 
     fn update(&self, upstreams: &[std::sync::Arc<skillhost_engine::UpstreamStats>]) {
-        // Counters only grow: each scrape adds what the fleet's counters
-        // gained since the last one.
-        let sync = |counter: &IntCounter, source: &AtomicU64| {
-            let now = source.load(Ordering::Relaxed);
-            let shown = counter.get();
-            if now > shown {
-                counter.inc_by(now - shown);
-            }
-        };
         for stats in upstreams {
             let url = stats.url.as_str();
             self.up.with_label_values(&[url]).set(i64::from(stats.up.load(Ordering::Relaxed)));
@@ -169,6 +211,8 @@ impl Metrics {
         let cancelled =
             IntGauge::new("cancelled_requests", "Requests the engine dropped because their client went away.")?;
         let model_ready = IntGauge::new("model_ready", "1 when a model is loaded and serving.")?;
+        let batch_sequences_max =
+            IntGauge::new("batch_sequences_max", "Most sequences the engine decoded in one batch since it started.")?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(prompt_tokens.clone()))?;
@@ -185,7 +229,9 @@ impl Metrics {
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
+        registry.register(Box::new(batch_sequences_max.clone()))?;
         let upstreams = UpstreamMetrics::new(&registry)?;
+        let agents = AgentMetrics::new(&registry)?;
         Ok(Metrics {
             registry,
             requests,
@@ -204,7 +250,9 @@ impl Metrics {
             queued,
             cancelled,
             model_ready,
+            batch_sequences_max,
             upstreams,
+            agents,
         })
     }
 
@@ -225,8 +273,9 @@ impl Metrics {
     }
 
     /// The text exposition, with gauges read from the engine at scrape time.
-    pub fn render(&self, status: &ModelStatus, admitted: usize, conversations: usize) -> String {
+    pub fn render(&self, status: &ModelStatus, admitted: usize, conversations: usize, agents: &AgentStats) -> String {
         self.admitted.set(admitted as i64);
+        self.agents.update(agents);
         self.conversations.set(conversations as i64);
         match status {
             ModelStatus::Ready { stats, .. } => {
@@ -234,6 +283,7 @@ impl Metrics {
                 self.active_slots.set(stats.active_slots.load(std::sync::atomic::Ordering::Relaxed) as i64);
                 self.queued.set(stats.queued.load(std::sync::atomic::Ordering::Relaxed) as i64);
                 self.cancelled.set(stats.cancelled.load(std::sync::atomic::Ordering::Relaxed) as i64);
+                self.batch_sequences_max.set(stats.batch_sequences_max.load(Ordering::Relaxed) as i64);
                 self.upstreams.update(&stats.upstreams);
             }
             ModelStatus::Loading | ModelStatus::Failed(_) => {

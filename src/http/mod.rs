@@ -187,3 +187,6 @@ mod webui_tests;
 
 #[cfg(test)]
 mod access_tests;
+
+#[cfg(test)]
+mod agents_tests;

@@ -43,6 +43,7 @@ pub struct OllamaChatRequest {
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
+    multi_agent: Option<bool>,
     /// Not Ollama's: OpenAI's `tool_choice`, for clients that must have a call.
     tool_choice: Option<WireToolChoice>,
 }
@@ -195,6 +196,7 @@ fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiErr
         frequency_penalty: options.frequency_penalty,
         skills: request.skills,
         skills_discovery: request.skills_discovery,
+        multi_agent: request.multi_agent,
         tool_choice: request.tool_choice,
         ..ChatCompletionRequest::default()
     };

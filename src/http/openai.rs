@@ -48,6 +48,8 @@ pub struct ChatCompletionRequest {
     pub skills: Vec<String>,
     /// Whether unselected skills are advertised (default: the server's setting).
     pub skills_discovery: Option<bool>,
+    /// `false` turns delegation to child agents off for this request.
+    pub multi_agent: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -479,6 +481,7 @@ impl ChatCompletionRequest {
                 stop,
                 skills: self.skills,
                 skills_discovery: self.skills_discovery,
+                multi_agent: self.multi_agent,
                 temperature_set: temperature.is_some(),
                 conversation: None,
             },
@@ -535,6 +538,7 @@ pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
             .iter()
             .map(|r| {
                 json!({
+                    "agent_id": r.agent_id,
                     "prompt_tokens": r.prompt_tokens,
                     "cached_tokens": r.cached_tokens,
                     "copied_tokens": r.copied_tokens,

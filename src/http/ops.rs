@@ -22,8 +22,13 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let text =
-        state.metrics.render(&state.server.status(), state.admission.in_flight(), state.server.conversations().len());
+    let server = &state.server;
+    let text = state.metrics.render(
+        &server.status(),
+        state.admission.in_flight(),
+        server.conversations().len(),
+        server.agent_stats(),
+    );
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 

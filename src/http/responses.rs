@@ -75,6 +75,7 @@ pub struct ResponsesRequest {
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
+    multi_agent: Option<bool>,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -406,6 +407,7 @@ fn translate(
         response_format,
         skills: request.skills,
         skills_discovery: request.skills_discovery,
+        multi_agent: request.multi_agent,
         ..ChatCompletionRequest::default()
     };
     Ok((wire, items, namespaced))

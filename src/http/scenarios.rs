@@ -5,6 +5,11 @@
 //! and not, checks that both carry the same text, and compares the prompts
 //! the model saw plus the answer (`transcript.txt`) and the SSE stream
 //! (`stream.sse`) with the expected files. `UPDATE_SCENARIOS=1` rewrites them.
+//!
+//! An output may be an object `{"agent": "/root/1", "output": "…",
+//! "delay_ms": N}`: meant for that child agent (plain strings are the
+//! request's own model's). `agent_limits` and `agents_allow_write` set the
+//! bounds on children; the transcript shows each agent's prompts in turn.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +17,7 @@ use std::sync::Arc;
 use actix_web::{test, web, App};
 use serde_json::Value;
 use skillhost_actors::chat_loop::LoopSettings;
-use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
@@ -25,14 +30,52 @@ fn scenarios_dir() -> PathBuf {
 
 struct Run {
     body: Vec<u8>,
-    prompts: Vec<String>,
+    /// Each agent's prompts, in order, agents sorted by id.
+    prompts: Vec<(String, Vec<String>)>,
+}
+
+fn outputs(script: &Value) -> Vec<ScriptedOutput> {
+    script["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|output| match output {
+            Value::String(text) => ScriptedOutput::from(text.clone()),
+            object => ScriptedOutput {
+                agent: object["agent"].as_str().unwrap().into(),
+                text: object["output"].as_str().unwrap().into(),
+                delay: std::time::Duration::from_millis(object["delay_ms"].as_u64().unwrap_or(0)),
+            },
+        })
+        .collect()
+}
+
+fn loop_settings(script: &Value) -> LoopSettings {
+    let mut settings =
+        LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };
+    let limits = &script["agent_limits"];
+    let number = |key: &str| limits[key].as_u64();
+    let agents = &mut settings.agent_limits;
+    agents.per_request = number("per_request").map_or(agents.per_request, |n| n as usize);
+    agents.depth = number("depth").map_or(agents.depth, |n| n as usize);
+    agents.open = number("open").map_or(agents.open, |n| n as usize);
+    agents.rounds = number("rounds").map_or(agents.rounds, |n| n as u32);
+    agents.tokens = number("tokens").map_or(agents.tokens, |n| n as u32);
+    agents.wall_time = number("wall_time_ms").map_or(agents.wall_time, std::time::Duration::from_millis);
+    settings.agents_allow_write = script["agents_allow_write"].as_bool().unwrap_or(false);
+    settings.multi_agent = script["multi_agent"].as_bool().unwrap_or(true);
+    settings
 }
 
 async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
-    let outputs: Vec<String> = serde_json::from_value(script["outputs"].clone()).unwrap();
     let backend = Arc::new(
-        ScriptedBackend::new(script["template"].as_str(), script["architecture"].as_str().unwrap(), 8192, outputs)
-            .unwrap(),
+        ScriptedBackend::for_agents(
+            script["template"].as_str(),
+            script["architecture"].as_str().unwrap(),
+            8192,
+            outputs(script),
+        )
+        .unwrap(),
     );
     let skills = SkillsConfig {
         roots: vec![Root { path: dir.parent().unwrap().join("skills"), origin: Origin::Discovered }],
@@ -40,8 +83,7 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
         watch: false,
         poll: None,
     };
-    let loop_settings =
-        LoopSettings { max_rounds: script["max_rounds"].as_u64().unwrap() as u32, ..LoopSettings::default() };
+    let loop_settings = loop_settings(script);
     let config = ServerConfig {
         model: ModelSource::Provided(backend.clone()),
         skills: Some(skills),
@@ -68,7 +110,15 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
             .await;
     let body = test::read_body(response).await.to_vec();
     server.shutdown();
-    Run { body, prompts: backend.prompts() }
+    let mut prompts: Vec<(String, Vec<String>)> = Vec::new();
+    for (agent, prompt) in backend.agents().into_iter().zip(backend.prompts()) {
+        match prompts.iter_mut().find(|(known, _)| *known == agent) {
+            Some((_, list)) => list.push(prompt),
+            None => prompts.push((agent, vec![prompt])),
+        }
+    }
+    prompts.sort_by(|a, b| a.0.cmp(&b.0));
+    Run { body, prompts }
 }
 
 /// Replaces what changes from run to run (ids, times, durations).
@@ -90,6 +140,11 @@ fn normalize(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(normalize),
         _ => {}
+    }
+    // Children report in the order they finish, which runs side by side;
+    // each agent's rounds keep their order.
+    if let Some(rounds) = value.get_mut("rounds").and_then(Value::as_array_mut) {
+        rounds.sort_by(|a, b| a["agent_id"].as_str().cmp(&b["agent_id"].as_str()));
     }
 }
 
@@ -144,8 +199,11 @@ async fn scenarios() {
         assert_eq!(streamed_text, whole_text, "{}: the stream differs from the answer", dir.display());
 
         let mut transcript = String::new();
-        for (round, prompt) in whole.prompts.iter().enumerate() {
-            transcript.push_str(&format!("===== round {} prompt =====\n{prompt}\n", round + 1));
+        for (agent, prompts) in &whole.prompts {
+            let agent = if agent == "/root" { String::new() } else { format!("{agent} ") };
+            for (round, prompt) in prompts.iter().enumerate() {
+                transcript.push_str(&format!("===== {agent}round {} prompt =====\n{prompt}\n", round + 1));
+            }
         }
         transcript.push_str(&format!("===== response =====\n{}\n", serde_json::to_string_pretty(&answer).unwrap()));
         check(&dir.join("transcript.txt"), &transcript);

@@ -13,7 +13,7 @@ use actix_web::web;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
 use futures_util::StreamExt;
-use skillhost_actors::request::{RoundStats, SkillStep, ToolProgress};
+use skillhost_actors::request::{AgentUpdate, RoundStats, SkillStep, ToolProgress};
 use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
@@ -117,6 +117,10 @@ pub trait Encoder: Send + 'static {
     fn tool_progress(&mut self, _progress: &ToolProgress) -> Vec<Bytes> {
         Vec::new()
     }
+    /// A child agent's news (most surfaces send nothing).
+    fn agent(&mut self, _update: &AgentUpdate) -> Vec<Bytes> {
+        Vec::new()
+    }
     /// The last frames of a request that finished.
     fn finished(&mut self, finish: Finish<'_>) -> Vec<Bytes>;
     /// The frame that ends a stream with an error (also after a panic,
@@ -183,6 +187,7 @@ impl<E: Encoder> Core<E> {
                 self.encoder.skill_step(&step)
             }
             ChatEvent::ToolProgress(progress) => self.encoder.tool_progress(&progress),
+            ChatEvent::Agent(update) => self.encoder.agent(&update),
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 self.app.metrics.finished(usage.prompt_tokens, &timings);
                 self.done = true;
@@ -291,7 +296,7 @@ pub async fn collect(
             app.metrics.time_to_first_token.observe(started.elapsed().as_secs_f64());
         }
         match event {
-            ChatEvent::Accepted => {}
+            ChatEvent::Accepted | ChatEvent::Agent(_) => {}
             ChatEvent::ToolProgress(progress) => {
                 for file in progress.files {
                     let url = crate::http::artifacts::artifact_url(&progress.run_id, &file.path);

@@ -231,6 +231,7 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
             400,
             "but the context holds 256 tokens",
         ),
+        bad("POST", "/v1/chat/completions", json(json!({"messages": user, "multi_agent": "no"})), 400, "multi_agent"),
         bad("POST", "/v1/chat/completions", oversized, 413, "larger than the limit of 8388608 bytes"),
         bad(
             "POST",
@@ -245,7 +246,9 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
             "POST",
             "/v1/chat/completions",
             json(
-                json!({"messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/definitions/missing"}}}}),
+                // Without the coordination tools' declarations, so the
+                // prompt fits the small context and the grammar is reached.
+                json!({"messages": user, "multi_agent": false, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/definitions/missing"}}}}),
             ),
             400,
             "cannot be turned into a grammar",
@@ -285,7 +288,7 @@ async fn bad_input_gets_a_4xx_with_a_sentence() {
 
     // After all of that, including the bombs, the server still serves. A
     // body of exactly the limit is read (and then served).
-    let mut at_limit = json!({"messages": user, "max_tokens": 1}).to_string().into_bytes();
+    let mut at_limit = json!({"messages": user, "max_tokens": 1, "multi_agent": false}).to_string().into_bytes();
     at_limit.resize(MAX_JSON_BODY_BYTES, b' ');
     let request = test::TestRequest::post()
         .uri("/v1/chat/completions")
@@ -376,6 +379,8 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         "parallel_tool_calls": false,
         "temperature": 0,
         "max_tokens": 48,
+        // The budget is sized for the skill call and a short answer.
+        "multi_agent": false,
     });
     let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
     let response: Value = test::call_and_read_body_json(&app, request).await;

@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use skillhost_actors::request::{SkillStep, ToolPhase, ToolProgress};
+use skillhost_actors::request::{AgentPhase, AgentUpdate, SkillStep, ToolPhase, ToolProgress};
 
 use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model, start};
@@ -102,6 +102,9 @@ pub struct WebChatRequest {
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
+    /// `multiAgent` or `multi_agent`: `false` turns delegation off.
+    #[serde(alias = "multiAgent")]
+    multi_agent: Option<bool>,
     #[serde(rename = "maxTokens")]
     max_tokens: Option<u32>,
     temperature: Option<f32>,
@@ -161,6 +164,7 @@ async fn start_chat(
         messages: web_request.messages,
         skills: web_request.skills,
         skills_discovery: web_request.skills_discovery,
+        multi_agent: web_request.multi_agent,
         max_tokens: web_request.max_tokens,
         temperature: web_request.temperature,
         tool_choice: web_request.tool_choice,
@@ -239,6 +243,10 @@ impl Encoder for WebEncoder {
         vec![frame(&tool_progress_json(progress))]
     }
 
+    fn agent(&mut self, update: &AgentUpdate) -> Vec<Bytes> {
+        vec![frame(&agent_json(update))]
+    }
+
     fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
         vec![frame(&json!({
             "done": true,
@@ -278,6 +286,22 @@ pub fn skill_step_json(step: &SkillStep) -> Value {
     })
 }
 
+pub fn agent_json(update: &AgentUpdate) -> Value {
+    let phase = match update.phase {
+        AgentPhase::Spawned => "spawned",
+        AgentPhase::Working => "working",
+        AgentPhase::Reported => "reported",
+        AgentPhase::Failed => "failed",
+        AgentPhase::Closed => "closed",
+    };
+    json!({"agent": {
+        "agent_id": update.agent_id,
+        "phase": phase,
+        "detail": update.detail,
+        "rounds": update.rounds,
+    }})
+}
+
 pub fn tool_progress_json(progress: &ToolProgress) -> Value {
     let phase = match progress.phase {
         ToolPhase::Writing => "writing",
@@ -293,6 +317,7 @@ pub fn tool_progress_json(progress: &ToolProgress) -> Value {
         })
         .collect();
     json!({"tool_progress": {
+        "agent_id": progress.agent_id,
         "phase": phase,
         "tool": progress.tool,
         "detail": progress.detail,

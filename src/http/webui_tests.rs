@@ -15,7 +15,7 @@ use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
 use crate::http::{configure, metrics::Metrics, AppState};
 
-const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+pub(super) const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
     state_with(Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap()), skills).await
@@ -26,7 +26,7 @@ async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<Ap
     state_with_settings(backend, skills, LoopSettings::default()).await
 }
 
-async fn state_with_settings(
+pub(super) async fn state_with_settings(
     backend: Arc<ScriptedBackend>,
     skills: bool,
     loop_settings: LoopSettings,
@@ -553,9 +553,9 @@ async fn the_tool_choice_header_holds_only_a_turns_first_round() {
     let reply: Value = test::call_and_read_body_json(&app, request).await;
     assert_eq!(reply["output"][0]["type"], "message", "{reply}");
     assert_eq!(backend.forced_calls(), [true, false]);
-    // The Web UI's route reads it too: with no tools to choose from, a
-    // required call is refused before anything runs.
-    let body = json!({"messages": [{"role": "user", "content": "x"}]});
+    // The Web UI's route reads it too: with no tools to choose from (no
+    // skills, delegation off), a required call is refused before anything runs.
+    let body = json!({"messages": [{"role": "user", "content": "x"}], "multiAgent": false});
     let request = test::TestRequest::post()
         .uri("/api/chat")
         .insert_header((crate::http::stream::TOOL_CHOICE_HEADER, "required"))

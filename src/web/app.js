@@ -20,6 +20,8 @@ const chat = {
   epoch: 0,
   // Whether the server has skills at all (GET /api/models says null if not).
   skillsEnabled: false,
+  // The running turn's child agents by id: { state, detail }.
+  agents: new Map(),
 };
 
 // Who the page is signed in as. The key lives in sessionStorage (gone with
@@ -294,6 +296,37 @@ function showActivity(text) {
 
 function clearActivity() {
   showActivity('');
+  chat.agents.clear();
+  renderAgents();
+}
+
+// The child agents of the running turn, each with its state and latest
+// step; the panel lists them while the turn runs.
+function renderAgents() {
+  const list = $('agents');
+  list.replaceChildren(
+    ...[...chat.agents].map(([id, agent]) => {
+      const item = el('li', '', [id, agent.state, agent.detail].filter(Boolean).join(' · '));
+      item.dataset.state = agent.state;
+      item.dataset.agent = id;
+      return item;
+    }),
+  );
+  list.hidden = chat.agents.size === 0;
+}
+
+function noteAgent(id, state, detail) {
+  if (!id || id === '/root') return;
+  const agent = chat.agents.get(id) ?? { state: 'working', detail: '' };
+  if (state) agent.state = state;
+  if (detail !== undefined) agent.detail = detail;
+  chat.agents.set(id, agent);
+  renderAgents();
+}
+
+// "/root/1 spawned · Read the notes skill."
+function describeAgent(agent) {
+  return [`${agent.agent_id} ${agent.phase}`, agent.detail].filter(Boolean).join(' · ');
 }
 
 // "skills_read notes · SKILL.md", with the agent named when a child made the call.
@@ -305,9 +338,10 @@ function describeSkillStep(frame) {
   return parts.join(' · ');
 }
 
-// "shell · running · python test.py"
+// "shell · running · python test.py", with the agent named when a child made the call.
 function describeToolProgress(progress) {
-  return [progress.tool, progress.phase, progress.detail].filter(Boolean).join(' · ');
+  const agent = progress.agent_id && progress.agent_id !== '/root' ? `${progress.agent_id}: ` : '';
+  return agent + [progress.tool, progress.phase, progress.detail].filter(Boolean).join(' · ');
 }
 
 function isNearBottom() {
@@ -489,9 +523,19 @@ function applyFrame(frame, turn, view) {
     turn.reasoning += frame.reasoning;
     view.setReasoning(turn.reasoning);
   }
-  if (frame.skill_step) showActivity(describeSkillStep(frame));
+  if (frame.skill_step) {
+    showActivity(describeSkillStep(frame));
+    noteAgent(frame.agent_id, 'working', [frame.skill_step, frame.skill].filter(Boolean).join(' '));
+  }
+  if (frame.agent) {
+    showActivity(describeAgent(frame.agent));
+    const state = frame.agent.phase === 'spawned' ? 'working' : frame.agent.phase;
+    noteAgent(frame.agent.agent_id, state, frame.agent.detail);
+  }
   if (frame.tool_progress) {
     showActivity(describeToolProgress(frame.tool_progress));
+    const { agent_id: agentId, tool, detail } = frame.tool_progress;
+    noteAgent(agentId, 'working', [tool, detail].filter(Boolean).join(' '));
     if (frame.tool_progress.phase === 'finished') view.addArtifacts(frame.tool_progress.files);
   }
   if (frame.error) {

@@ -6,6 +6,7 @@
 //! process and the loop generates again; a call to one of the caller's own
 //! tools ends the loop and goes back to the caller, unexecuted.
 
+pub mod agents;
 pub mod output;
 mod reasoning;
 
@@ -13,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use skillhost_engine::{
     at_idle_priority, ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent, Role,
     Timings, ToolCall, ToolChoice, ToolDef, LARGE_PROMPT_BYTES,
@@ -30,11 +31,13 @@ use crate::sandbox::actor::{SandboxActor, SandboxMsg};
 use crate::sandbox::ExecRuntime;
 use crate::skills::prompt::{self, PromptOptions};
 use crate::skills::Snapshot;
+use crate::tools::agents::AgentOp;
 use crate::tools::skills::{self as skill_tools, ToolContext};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
 use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use crate::workspace::conversations::Conversations;
 use crate::workspace::Workspace;
+use agents::{AgentLimits, AgentStats, AgentTree, Agents, ChildSeat};
 use output::RoundOutput;
 
 /// Rounds per turn unless the operator says otherwise.
@@ -75,6 +78,12 @@ pub struct LoopSettings {
     /// How long one turn may run, all rounds and tools together; then it
     /// ends with what it has.
     pub turn_timeout: Duration,
+    /// The model may delegate to child agents unless a request says not
+    /// to (`--no-multi-agent` turns it off).
+    pub multi_agent: bool,
+    /// Children may write and run, not only read (`--agents-allow-write`).
+    pub agents_allow_write: bool,
+    pub agent_limits: AgentLimits,
 }
 
 impl Default for LoopSettings {
@@ -88,6 +97,9 @@ impl Default for LoopSettings {
             max_tokens: None,
             code_temperature: None,
             turn_timeout: DEFAULT_TURN_TIMEOUT,
+            multi_agent: true,
+            agents_allow_write: false,
+            agent_limits: AgentLimits::default(),
         }
     }
 }
@@ -123,6 +135,10 @@ pub struct LoopArgs {
     /// The server's conversations, whose workspaces outlive one request.
     pub conversations: Arc<Conversations>,
     pub events: mpsc::UnboundedSender<ChatEvent>,
+    /// The server's agent counters.
+    pub agent_stats: Arc<AgentStats>,
+    /// Set for a child agent, `None` for a request's own loop.
+    pub seat: Option<ChildSeat>,
 }
 
 pub enum LoopMsg {
@@ -140,6 +156,15 @@ pub enum LoopMsg {
     /// Sent by the round's tool task when a call could not be answered and
     /// the request cannot go on.
     ToolsFailed(ChatError),
+    /// A coordination call from the round's tool task.
+    Agents(AgentOp, RpcReplyPort<String>),
+    /// An event of child `n` (1-based), from its relay task.
+    ChildEvent(usize, ChatEvent),
+    /// A follow-up from the parent (a child's `send_input`).
+    Input(String),
+    /// Ends the request with the last round's timings (a withheld answer
+    /// that no report changed).
+    Finish(Timings),
 }
 
 /// A call answered in an earlier round, which an identical later call
@@ -220,6 +245,21 @@ pub struct LoopState {
     answered: Vec<Answered>,
     /// Ends the turn at its time budget; dropped with the loop.
     _timer: Option<AbortOnDrop>,
+    /// `/root`, or a child's path such as `/root/1`.
+    agent_id: String,
+    /// Set for a child: what it was given, and its place among the open agents.
+    seat: Option<ChildSeat>,
+    /// Its children, when delegation is on.
+    agents: Option<Agents>,
+    /// A child's follow-ups that came while it worked.
+    inputs: Vec<String>,
+    /// A child that reported and waits for a follow-up.
+    idle: bool,
+    /// The turn ended with an answer (not an error): a child then stays.
+    ended_ok: bool,
+    /// The registry this request saw, which children see too.
+    snapshot: Option<Arc<Snapshot>>,
+    conversations: Arc<Conversations>,
 }
 
 impl LoopState {
@@ -231,8 +271,8 @@ impl LoopState {
     /// Sends the request's last event. The request's own workspace goes
     /// first, so a client that has its answer never finds the folder there.
     async fn end(&mut self, event: ChatEvent) {
-        if let Some(workspace) = self.workspace.take() {
-            if workspace.own {
+        if self.workspace.as_ref().is_some_and(|w| w.own) {
+            if let Some(workspace) = self.workspace.take() {
                 let _ = workspace.actor.stop_and_wait(None, Some(WORKSPACE_STOP_TIMEOUT)).await;
             }
         }
@@ -242,6 +282,11 @@ impl LoopState {
     /// Sends content, separating rounds with a blank line.
     fn emit_content(&mut self, text: String, round_started: &mut bool) -> bool {
         if text.is_empty() {
+            return true;
+        }
+        // A round that began with a report unread is held until it ends.
+        if let Some(agents) = self.agents.as_mut().filter(|a| a.holding) {
+            agents.held.push_str(&text);
             return true;
         }
         let text = if !*round_started && self.content_sent { format!("\n\n{text}") } else { text };
@@ -314,8 +359,11 @@ async fn open_workspace(
 
 /// Builds what the loop needs from the request, the registry and the model.
 async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState {
-    let LoopArgs { mut request, backend, skills, settings, exec, artifacts, conversations, events } = args;
+    let LoopArgs { mut request, backend, skills, settings, exec, artifacts, conversations, events, agent_stats, seat } =
+        args;
     let capabilities = backend.info().format.capabilities().clone();
+    // A child may use only the tools its parent gave it.
+    let given = |name: &str| seat.as_ref().is_none_or(|seat| seat.tools.iter().any(|t| t == name));
     let caller_tools: HashSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
     let mut tools = request.tools.clone();
     let mut skill_tools = None;
@@ -324,7 +372,10 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
     // A workspace for the code tools, shared by all rounds of the request.
     // Skill scripts without code tools get a scratch folder per call instead.
     let mut workspace = None;
-    if let Some(e) = exec.as_ref().filter(|e| e.code_exec && capabilities.tools) {
+    if let Some(seat) = &seat {
+        // A child works in its parent's folder, through the same actor.
+        workspace = seat.workspace.clone().map(|actor| WorkspaceRef { actor, own: false });
+    } else if let Some(e) = exec.as_ref().filter(|e| e.code_exec && capabilities.tools) {
         match open_workspace(myself, e, &conversations, request.conversation.as_deref()).await {
             Ok(opened) => workspace = Some(opened),
             Err(err) => tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
@@ -350,7 +401,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         if let (Some(temperature), false) = (settings.code_temperature, request.temperature_set) {
             request.sampling.temperature = temperature;
         }
-        for declaration in tools::code_declarations() {
+        for declaration in tools::code_declarations().into_iter().filter(|d| given(&d.name)) {
             if caller_tools.contains(&declaration.name) {
                 tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a code tool; the caller's wins");
                 continue;
@@ -359,7 +410,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         }
         extra_prompt = Some(tools::CODE_PROMPT.to_string());
     }
-    if let Some(snapshot) = skills {
+    if let Some(snapshot) = skills.clone() {
         let options = PromptOptions {
             discovery: request.skills_discovery.unwrap_or(settings.discovery),
             inline_selected_bodies: settings.inline_selected_bodies,
@@ -370,7 +421,9 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         let block = prompt::plan(&request.skills, &snapshot, &options);
         base_messages = prompt::apply(&request.messages, &block);
         if capabilities.tools && !block.reachable.is_empty() {
-            for declaration in skill_tools::declarations(settings.allow_exec, &block.reachable) {
+            for declaration in
+                skill_tools::declarations(settings.allow_exec, &block.reachable).into_iter().filter(|d| given(&d.name))
+            {
                 // The caller's own tool of the same name wins: it has an
                 // implementation and an expectation we must not shadow.
                 if caller_tools.contains(&declaration.name) {
@@ -380,7 +433,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
                 tools.push(declaration);
             }
             skill_tools = Some(ToolContext {
-                snapshot,
+                snapshot: Arc::clone(&snapshot),
                 reachable: block.reachable,
                 allow_exec: settings.allow_exec && exec.is_some(),
             });
@@ -391,6 +444,30 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         base_messages = prompt::apply_after(&base_messages, &block);
     }
     let affinity = skillhost_engine::remote::affinity_key(&base_messages);
+    // Delegation: on unless the server or the request turned it off, and
+    // only for a model whose tool calls can be read back.
+    let agents =
+        (settings.multi_agent && request.multi_agent != Some(false) && capabilities.tools).then(|| match &seat {
+            Some(seat) => Agents::new(Arc::clone(&seat.tree), seat.depth),
+            None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
+        });
+    if let Some(agents) = agents.as_ref().filter(|a| a.may_spawn()) {
+        let allow_write = agents.tree.allow_write;
+        let share_tools = tools
+            .iter()
+            .filter(|t| !caller_tools.contains(&t.name))
+            .filter_map(|t| Tool::from_name(&t.name))
+            .any(|t| allow_write || t.read_only());
+        let share_skills = skill_tools.as_ref().is_some_and(|c| !c.reachable.is_empty());
+        for declaration in tools::agents::declarations(share_skills, share_tools) {
+            if caller_tools.contains(&declaration.name) {
+                tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a coordination tool; the caller's wins");
+                continue;
+            }
+            tools.push(declaration);
+        }
+    }
+    let agent_id = seat.as_ref().map_or_else(|| ROOT_AGENT.to_string(), |seat| seat.id.clone());
     LoopState {
         request,
         backend,
@@ -420,6 +497,14 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         tools_task: None,
         answered: Vec::new(),
         _timer: None,
+        agent_id,
+        seat,
+        agents,
+        inputs: Vec::new(),
+        idle: false,
+        ended_ok: false,
+        snapshot: skills,
+        conversations,
     }
 }
 
@@ -431,11 +516,7 @@ impl Actor for LoopActor {
     async fn pre_start(&self, myself: ActorRef<LoopMsg>, args: LoopArgs) -> Result<LoopState, ActorProcessingErr> {
         myself.cast(LoopMsg::Run)?;
         let mut state = prepare_state(&myself, args).await;
-        let (timer, budget) = (myself.clone(), state.settings.turn_timeout);
-        state._timer = Some(AbortOnDrop::new(tokio::spawn(async move {
-            tokio::time::sleep(budget).await;
-            let _ = timer.cast(LoopMsg::TurnTimedOut);
-        })));
+        start_timer(&myself, &mut state);
         Ok(state)
     }
 
@@ -448,15 +529,27 @@ impl Actor for LoopActor {
     /// Overridden because ractor's default stops the loop when any child
     /// exits, and a scratch folder's actor ends with every `skills_run`
     /// call. A child that fails (a bug in a tool) fails only the call it
-    /// was answering, which its caller already sees as a closed reply.
+    /// was answering, which its caller already sees as a closed reply; a
+    /// child agent that crashes or stops is a report, never this loop's end.
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<LoopMsg>,
+        myself: ActorRef<LoopMsg>,
         event: SupervisionEvent,
-        _state: &mut LoopState,
+        state: &mut LoopState,
     ) -> Result<(), ActorProcessingErr> {
-        if let SupervisionEvent::ActorFailed(cell, err) = event {
-            tracing::error!(actor = %cell.get_id(), error = %err, "a request's workspace or sandbox actor failed");
+        match event {
+            SupervisionEvent::ActorFailed(cell, err) => match agents::child_of(state, &cell) {
+                Some(child) => agents::fail(&myself, state, child, format!("The agent crashed: {err}.")),
+                None => {
+                    tracing::error!(actor = %cell.get_id(), error = %err, "a request's workspace or sandbox actor failed")
+                }
+            },
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some(child) = agents::child_of(state, &cell) {
+                    agents::fail(&myself, state, child, "The agent stopped before it reported.".into());
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -488,7 +581,11 @@ impl Actor for LoopActor {
             LoopMsg::Generated(GenerationEvent::Finished { reason, timings }) => {
                 match finish_round(state, reason, timings).await {
                     Next::Tools => start_tools(&myself, state),
-                    Next::Done => myself.stop(None),
+                    Next::Again => {
+                        let _ = myself.cast(LoopMsg::Run);
+                    }
+                    Next::Collect => agents::collect_if_ready(&myself, state),
+                    Next::Done => conclude(&myself, state),
                 }
             }
             LoopMsg::Generated(GenerationEvent::Failed(err)) => {
@@ -505,7 +602,7 @@ impl Actor for LoopActor {
                 if tools_answered(state, answers).await {
                     let _ = myself.cast(LoopMsg::Run);
                 } else {
-                    myself.stop(None);
+                    conclude(&myself, state);
                 }
             }
             LoopMsg::ToolsFailed(err) => {
@@ -532,13 +629,62 @@ impl Actor for LoopActor {
                 let note = format!(
                     "{separator}[This answer was cut short: the turn used its whole time budget of {seconds} s.]"
                 );
+                if let Some(agents) = state.agents.as_mut() {
+                    agents.holding = false;
+                    agents.collecting = None;
+                }
                 let mut started = true;
                 state.emit_content(note, &mut started);
                 finish(state, ChatFinish::Length, Timings::default()).await;
-                myself.stop(None);
+                conclude(&myself, state);
+            }
+            LoopMsg::Agents(op, reply) => agents::handle_op(&myself, state, op, reply).await,
+            LoopMsg::ChildEvent(child, event) => agents::on_child_event(&myself, state, child, event),
+            LoopMsg::Input(text) => {
+                if state.idle {
+                    // A follow-up to a child that reported: a new task in
+                    // the same conversation, with fresh bounds.
+                    state.idle = false;
+                    state.ended_ok = false;
+                    state.history.push(ChatMessage::new(Role::User, text));
+                    state.round = 1;
+                    state.final_round = false;
+                    state.content_sent = false;
+                    state.usage = Usage::default();
+                    state.answered.clear();
+                    start_timer(&myself, state);
+                    let _ = myself.cast(LoopMsg::Run);
+                } else if state.inputs.len() < agents::MAX_QUEUED_INPUTS {
+                    state.inputs.push(text);
+                }
+            }
+            LoopMsg::Finish(timings) => {
+                finish(state, ChatFinish::Stop, timings).await;
+                conclude(&myself, state);
             }
         }
         Ok(())
+    }
+}
+
+/// Ends the turn at its time budget from now.
+fn start_timer(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
+    let (timer, budget) = (myself.clone(), state.settings.turn_timeout);
+    state._timer = Some(AbortOnDrop::new(tokio::spawn(async move {
+        tokio::time::sleep(budget).await;
+        let _ = timer.cast(LoopMsg::TurnTimedOut);
+    })));
+}
+
+/// After the last event: a request's loop stops; a child that answered
+/// stays, idle, with its conversation, for its parent's follow-ups.
+fn conclude(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
+    if state.seat.is_some() && state.ended_ok {
+        state.idle = true;
+        state._timer = None;
+        state.relay = None;
+    } else {
+        myself.stop(None);
     }
 }
 
@@ -559,7 +705,7 @@ fn round_choice(state: &LoopState) -> ToolChoice {
         };
     }
     match &state.request.tool_choice {
-        ToolChoice::None if state.skill_tools.is_some() => ToolChoice::Auto,
+        ToolChoice::None if state.skill_tools.is_some() || state.agents.is_some() => ToolChoice::Auto,
         ToolChoice::None => ToolChoice::None,
         ToolChoice::Auto => ToolChoice::Auto,
         ToolChoice::Required if first || !state.caller_tools.is_empty() => ToolChoice::Required,
@@ -571,6 +717,14 @@ fn round_choice(state: &LoopState) -> ToolChoice {
 
 /// Renders the prompt, submits it, and starts relaying engine events.
 async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ChatError> {
+    // A child's follow-ups that came while it worked are read now.
+    for input in std::mem::take(&mut state.inputs) {
+        state.history.push(ChatMessage::new(Role::User, input));
+    }
+    if let Some(agents) = state.agents.as_mut() {
+        agents.holding = agents.unread();
+        agents.held.clear();
+    }
     let mut messages = state.base_messages.clone();
     messages.extend(state.history.iter().cloned());
     let choice = round_choice(state);
@@ -691,6 +845,10 @@ fn remaining_budget(state: &LoopState) -> Option<u32> {
 enum Next {
     /// Answer our calls first (`state.pending` holds them).
     Tools,
+    /// Generate again (a child read a follow-up).
+    Again,
+    /// A final answer was withheld: collect the agents' reports first.
+    Collect,
     /// The request is over.
     Done,
 }
@@ -714,6 +872,7 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     state.usage.prompt_tokens += state.n_prompt;
     state.usage.completion_tokens += timings.predicted_n;
     state.rounds.push(RoundStats {
+        agent_id: state.agent_id.clone(),
         prompt_tokens: state.n_prompt,
         cached_tokens: timings.cache_n,
         copied_tokens: timings.copied_n,
@@ -723,6 +882,7 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     tracing::debug!(round = state.round, prompt = state.n_prompt, cached = timings.cache_n, "round finished");
 
     if state.final_round {
+        flush_held(state);
         let separator = if state.content_sent { "\n\n" } else { "" };
         let rounds = state.settings.max_rounds;
         let note = format!("{separator}[This answer was cut short: the turn used all {rounds} tool rounds.]");
@@ -733,10 +893,26 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         return Next::Done;
     }
 
-    let answers_ours = state.skill_tools.is_some() || state.code_tools;
+    let answers_ours = state.skill_tools.is_some() || state.code_tools || state.agents.is_some();
     let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) =
         end.calls.into_iter().partition(|call| state.caller_tools.contains(&call.name) || !answers_ours);
     if ours.is_empty() && caller.is_empty() {
+        if !state.inputs.is_empty() {
+            // A child's follow-up came while it answered: it answers that too.
+            push_answer_turn(state, Vec::new());
+            next_round(state);
+            return Next::Again;
+        }
+        if reason == FinishReason::Stop {
+            if let Some(agents) = state.agents.as_mut().filter(|a| a.holding) {
+                // An answer written before the reports were read is
+                // withheld: they are collected and the model answers again.
+                agents.collecting = Some(timings);
+                push_answer_turn(state, Vec::new());
+                return Next::Collect;
+            }
+        }
+        flush_held(state);
         let finish_reason = match reason {
             FinishReason::Stop => ChatFinish::Stop,
             FinishReason::Length => ChatFinish::Length,
@@ -744,14 +920,50 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         finish(state, finish_reason, timings).await;
         return Next::Done;
     }
+    flush_held(state);
     state.pending = Some(PendingCalls { ours, caller, timings });
     Next::Tools
+}
+
+/// Sends the content a held round kept back.
+fn flush_held(state: &mut LoopState) {
+    let Some(agents) = state.agents.as_mut().filter(|a| a.holding) else { return };
+    agents.holding = false;
+    let held = std::mem::take(&mut agents.held);
+    let mut started = false;
+    state.emit_content(held, &mut started);
+}
+
+/// Adds the round's assistant turn to the history. The content is what an
+/// upstream in chat mode is sent back; the raw text, calls' markup
+/// included, is what a prompt rendered here repeats.
+fn push_answer_turn(state: &mut LoopState, calls: Vec<ToolCall>) {
+    let mut turn = ChatMessage::new(Role::Assistant, state.output.content().to_string());
+    turn.raw = Some(state.output.raw().to_string());
+    turn.tool_calls = calls;
+    state.history.push(turn);
+}
+
+/// Moves to the next round; past the last one, the model is told to answer.
+fn next_round(state: &mut LoopState) {
+    if state.round >= state.settings.max_rounds {
+        state.history.push(ChatMessage::new(
+            Role::User,
+            format!(
+                "You have used all {} tool rounds for this turn. Answer now using what you have already read, and say which part you could not check.",
+                state.settings.max_rounds
+            ),
+        ));
+        state.final_round = true;
+    }
+    state.round += 1;
 }
 
 /// Sends the request's final event.
 async fn finish(state: &mut LoopState, finish: ChatFinish, timings: Timings) {
     let rounds = std::mem::take(&mut state.rounds);
     let usage = state.usage;
+    state.ended_ok = true;
     state.end(ChatEvent::Finished { finish, usage, timings, rounds }).await;
 }
 
@@ -771,6 +983,11 @@ fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
         parent: myself.get_cell(),
         round: state.round,
         run_id: state.run_id.clone(),
+        me: myself.clone(),
+        agent_id: state.agent_id.clone(),
+        given: state.seat.as_ref().map(|seat| seat.tools.clone()),
+        allow_write: state.agents.as_ref().is_some_and(|a| a.tree.allow_write),
+        agents_on: state.agents.is_some(),
     };
     let calls = pending.ours.clone();
     let mut answered = state.answered.clone();
@@ -794,12 +1011,7 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
         finish(state, ChatFinish::ToolCalls, timings).await;
         return false;
     }
-    // The content is what an upstream in chat mode is sent back; the raw
-    // text, calls' markup included, is what a prompt rendered here repeats.
-    let mut turn = ChatMessage::new(Role::Assistant, state.output.content().to_string());
-    turn.raw = Some(state.output.raw().to_string());
-    turn.tool_calls = ours.clone();
-    state.history.push(turn);
+    push_answer_turn(state, ours.clone());
     for (call, text) in ours.iter().zip(answers) {
         let mut result = ChatMessage::new(Role::Tool, text);
         result.tool_call_id = Some(call.id.clone());
@@ -813,17 +1025,7 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
         finish(state, ChatFinish::Length, timings).await;
         return false;
     }
-    if state.round >= state.settings.max_rounds {
-        state.history.push(ChatMessage::new(
-            Role::User,
-            format!(
-                "You have used all {} tool rounds for this turn. Answer now using what you have already read, and say which part you could not check.",
-                state.settings.max_rounds
-            ),
-        ));
-        state.final_round = true;
-    }
-    state.round += 1;
+    next_round(state);
     true
 }
 
@@ -851,6 +1053,15 @@ struct ToolRunner {
     parent: ActorCell,
     round: u32,
     run_id: String,
+    /// The loop, which answers the coordination calls.
+    me: ActorRef<LoopMsg>,
+    agent_id: String,
+    /// For a child agent: the tools its parent gave it.
+    given: Option<Vec<String>>,
+    /// Children may write and run (`--agents-allow-write`).
+    allow_write: bool,
+    /// The coordination tools are answered (delegation is on).
+    agents_on: bool,
 }
 
 impl ToolRunner {
@@ -861,6 +1072,7 @@ impl ToolRunner {
     fn progress(&self, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::artifacts::Artifact>) {
         let detail: String = detail.chars().take(120).collect();
         self.emit(ChatEvent::ToolProgress(ToolProgress {
+            agent_id: self.agent_id.clone(),
             phase,
             tool: tool.to_string(),
             detail,
@@ -909,7 +1121,7 @@ impl ToolRunner {
             };
             // A call that may have changed something (a write, a command)
             // makes every earlier answer stale; a read is remembered.
-            if tool.is_none_or(Tool::writes) {
+            if tool.is_none_or(|tool| tool.writes() || tool.is_agent()) {
                 answered.clear();
             } else if index < MAX_SKILL_CALLS_PER_ROUND && repeat_of.is_none() && earlier_round.is_none() {
                 answered.push(Answered { name: call.name.clone(), arguments, round: self.round });
@@ -918,7 +1130,7 @@ impl ToolRunner {
             let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));
             if is_skill_tool && repeat_of.is_none() && index < MAX_SKILL_CALLS_PER_ROUND {
                 self.emit(ChatEvent::SkillStep(SkillStep {
-                    agent_id: ROOT_AGENT.into(),
+                    agent_id: self.agent_id.clone(),
                     tool: call.name.clone(),
                     skill: answer.skill.clone(),
                     detail: answer.detail.clone(),
@@ -941,7 +1153,25 @@ impl ToolRunner {
             ))
         };
         let Some(tool) = tool else { return Err(no_such_tool()) };
+        if let Some(given) = self.given.as_ref().filter(|_| !tool.is_agent()) {
+            if !given.iter().any(|name| name == tool.name()) {
+                return Err(ToolError::Model(if tool.read_only() || self.allow_write {
+                    format!("{} was not given to you. The tools you have are: {}.", call.name, self.offered.join(", "))
+                } else {
+                    format!(
+                        "{} is not open to you: an agent started by another agent only reads here (skills_list, skills_read, read_file). Say in your report what should change, and the agent that started you can do it.",
+                        call.name
+                    )
+                }));
+            }
+        }
         match tool {
+            Tool::SpawnAgent | Tool::SendInput | Tool::WaitAgent | Tool::CloseAgent | Tool::ListAgents => {
+                if !self.agents_on {
+                    return Err(no_such_tool());
+                }
+                agents::call_tool(&self.me, tool, &self.agent_id, call).await
+            }
             Tool::ReadFile | Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell => {
                 let Some(workspace) = self.workspace.as_ref().filter(|_| self.code_tools) else {
                     return Err(no_such_tool());

@@ -1,7 +1,9 @@
 //! A scripted model for testing loop logic deterministically: it replays
 //! prepared outputs in order, streaming each in small pieces, and records
-//! every prompt it was given. It never stands in for the real model in a
-//! test of model behaviour.
+//! every prompt it was given. Outputs may be meant for one agent (a child
+//! is told its id in its first prompt), so children that run side by side
+//! each get theirs whatever order they ask in. It never stands in for the
+//! real model in a test of model behaviour.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -18,8 +20,38 @@ use super::backend::{CountFuture, ModelBackend, SubmitFuture};
 /// Bytes per streamed piece, small enough to split markup across pieces.
 const PIECE_BYTES: usize = 7;
 
+/// One output to replay, for the agent it is meant for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptedOutput {
+    /// `/root`, or a child's id.
+    pub agent: String,
+    pub text: String,
+    /// Waits this long before the first piece (a slow generation).
+    pub delay: std::time::Duration,
+}
+
+impl From<String> for ScriptedOutput {
+    fn from(text: String) -> Self {
+        ScriptedOutput { agent: crate::chat_loop::ROOT_AGENT.into(), text, delay: std::time::Duration::ZERO }
+    }
+}
+
+/// The agent a prompt is for: a child's first message names it.
+fn agent_of(prompt: &str) -> String {
+    let mark = crate::chat_loop::agents::AGENT_MARK;
+    match prompt.rfind(mark) {
+        Some(at) => prompt[at + mark.len()..]
+            .split(|c: char| !(c == '/' || c.is_ascii_alphanumeric()))
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        None => crate::chat_loop::ROOT_AGENT.into(),
+    }
+}
+
 /// What the loop asked of the model, one prompt at a time.
 struct Submission {
+    agent: String,
     prompt: String,
     temperature: f32,
     /// The grammar held the output to a call from the first token (a
@@ -30,7 +62,7 @@ struct Submission {
 pub struct ScriptedBackend {
     info: Arc<ModelInfo>,
     stats: Arc<EngineStats>,
-    outputs: Mutex<VecDeque<String>>,
+    outputs: Mutex<VecDeque<ScriptedOutput>>,
     submitted: Mutex<Vec<Submission>>,
     /// Refuse prompts longer than the context (four bytes a token), as the
     /// engine does.
@@ -41,6 +73,16 @@ impl ScriptedBackend {
     /// A model whose chat template is `template` (GGUF text, or `None` for
     /// a base model of `architecture` with no template).
     pub fn new(template: Option<&str>, architecture: &str, n_ctx: u32, outputs: Vec<String>) -> Result<Self, String> {
+        Self::for_agents(template, architecture, n_ctx, outputs.into_iter().map(ScriptedOutput::from).collect())
+    }
+
+    /// As [`ScriptedBackend::new`], with outputs meant for given agents.
+    pub fn for_agents(
+        template: Option<&str>,
+        architecture: &str,
+        n_ctx: u32,
+        outputs: Vec<ScriptedOutput>,
+    ) -> Result<Self, String> {
         let template = ChatTemplate::for_model(template, architecture, "", "").map_err(|err| err.to_string())?;
         let info = ModelInfo {
             id: "scripted".into(),
@@ -66,6 +108,11 @@ impl ScriptedBackend {
     pub fn limiting_context(mut self) -> Self {
         self.limit_context = true;
         self
+    }
+
+    /// The agent of each prompt so far.
+    pub fn agents(&self) -> Vec<String> {
+        self.each(|s| s.agent.clone())
     }
 
     /// Every prompt submitted so far, in order.
@@ -110,9 +157,14 @@ impl ModelBackend for ScriptedBackend {
         if self.limit_context && n_prompt > n_ctx {
             return Box::pin(async move { Err(EngineError::PromptTooLong { n_prompt, n_ctx }) });
         }
-        let output = self.outputs.lock().ok().and_then(|mut outputs| outputs.pop_front());
+        let agent = agent_of(&request.prompt);
+        let output = self.outputs.lock().ok().and_then(|mut outputs| {
+            let at = outputs.iter().position(|o| o.agent == agent)?;
+            outputs.remove(at)
+        });
         if let Ok(mut submitted) = self.submitted.lock() {
             submitted.push(Submission {
+                agent,
                 forced: request.grammar.as_ref().is_some_and(|grammar| grammar.trigger.is_none()),
                 temperature: request.sampling.temperature,
                 prompt: request.prompt,
@@ -121,24 +173,33 @@ impl ModelBackend for ScriptedBackend {
         Box::pin(async move {
             let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
             let (events, receiver) = mpsc::unbounded_channel();
+            let (delay, output) = (output.delay, output.text);
             let mut pieces = 0;
-            let mut rest = output.as_str();
             let mut reason = FinishReason::Stop;
-            while !rest.is_empty() {
-                if pieces == budget {
-                    reason = FinishReason::Length;
-                    break;
+            let stream = async move {
+                tokio::time::sleep(delay).await;
+                let mut rest = output.as_str();
+                while !rest.is_empty() {
+                    if pieces == budget {
+                        reason = FinishReason::Length;
+                        break;
+                    }
+                    let mut cut = PIECE_BYTES.min(rest.len());
+                    while !rest.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    let _ = events.send(GenerationEvent::Text(rest[..cut].to_string()));
+                    rest = &rest[cut..];
+                    pieces += 1;
                 }
-                let mut cut = PIECE_BYTES.min(rest.len());
-                while !rest.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                let _ = events.send(GenerationEvent::Text(rest[..cut].to_string()));
-                rest = &rest[cut..];
-                pieces += 1;
+                let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
+                let _ = events.send(GenerationEvent::Finished { reason, timings });
+            };
+            if delay.is_zero() {
+                stream.await;
+            } else {
+                tokio::spawn(stream);
             }
-            let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
-            let _ = events.send(GenerationEvent::Finished { reason, timings });
             Ok(Submitted { events: receiver, n_prompt })
         })
     }

@@ -8,6 +8,7 @@
 //! the workspace's own thread) and run processes only through the request's
 //! `SandboxActor`; nothing here touches a path with `std::fs`.
 
+pub mod agents;
 pub mod apply_patch;
 pub mod args;
 pub mod edit_file;
@@ -47,6 +48,11 @@ pub enum Tool {
     /// them, never declared.
     EditFile,
     Shell,
+    SpawnAgent,
+    SendInput,
+    WaitAgent,
+    CloseAgent,
+    ListAgents,
 }
 
 impl Tool {
@@ -61,6 +67,11 @@ impl Tool {
             "apply_patch" => Tool::ApplyPatch,
             "edit_file" | "str_replace" => Tool::EditFile,
             "shell" => Tool::Shell,
+            "spawn_agent" => Tool::SpawnAgent,
+            "send_input" => Tool::SendInput,
+            "wait_agent" | "wait" => Tool::WaitAgent,
+            "close_agent" => Tool::CloseAgent,
+            "list_agents" => Tool::ListAgents,
             _ => return None,
         })
     }
@@ -76,6 +87,11 @@ impl Tool {
             Tool::ApplyPatch => "apply_patch",
             Tool::EditFile => "edit_file",
             Tool::Shell => "shell",
+            Tool::SpawnAgent => "spawn_agent",
+            Tool::SendInput => "send_input",
+            Tool::WaitAgent => "wait_agent",
+            Tool::CloseAgent => "close_agent",
+            Tool::ListAgents => "list_agents",
         }
     }
 
@@ -84,7 +100,19 @@ impl Tool {
         match self {
             Tool::ReadFile | Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell => true,
             Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun => false,
+            Tool::SpawnAgent | Tool::SendInput | Tool::WaitAgent | Tool::CloseAgent | Tool::ListAgents => false,
         }
+    }
+
+    /// One of the coordination tools (multiple agents).
+    pub fn is_agent(self) -> bool {
+        matches!(self, Tool::SpawnAgent | Tool::SendInput | Tool::WaitAgent | Tool::CloseAgent | Tool::ListAgents)
+    }
+
+    /// Whether an agent started by another may use it without
+    /// `--agents-allow-write`: it reads and runs nothing.
+    pub fn read_only(self) -> bool {
+        matches!(self, Tool::SkillsList | Tool::SkillsRead | Tool::ReadFile) || self.is_agent()
     }
 
     /// Whether the call changes the workspace (and so may produce artifacts).
@@ -92,6 +120,7 @@ impl Tool {
         match self {
             Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell | Tool::SkillsRun => true,
             Tool::ReadFile | Tool::SkillsList | Tool::SkillsRead => false,
+            Tool::SpawnAgent | Tool::SendInput | Tool::WaitAgent | Tool::CloseAgent | Tool::ListAgents => false,
         }
     }
 }
@@ -183,7 +212,14 @@ pub async fn answer_code(context: &mut CodeContext<'_>, call: CodeCall) -> Resul
         Tool::WriteFile => context.workspace.with_handle(move |dir| write_file::run(dir, &args)).await,
         Tool::ApplyPatch => context.workspace.with_handle(move |dir| apply_patch::run(dir, &args)).await,
         Tool::EditFile => context.workspace.with_handle(move |dir| edit_file::run(dir, &args)).await,
-        Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun => {
+        Tool::SkillsList
+        | Tool::SkillsRead
+        | Tool::SkillsRun
+        | Tool::SpawnAgent
+        | Tool::SendInput
+        | Tool::WaitAgent
+        | Tool::CloseAgent
+        | Tool::ListAgents => {
             return Err(ToolError::Model(format!("{} is not a tool of the working folder.", tool.name())))
         }
     };
@@ -222,6 +258,11 @@ mod tests {
             Tool::ApplyPatch,
             Tool::EditFile,
             Tool::Shell,
+            Tool::SpawnAgent,
+            Tool::SendInput,
+            Tool::WaitAgent,
+            Tool::CloseAgent,
+            Tool::ListAgents,
         ] {
             assert_eq!(Tool::from_name(tool.name()), Some(tool));
         }

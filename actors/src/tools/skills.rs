@@ -104,9 +104,7 @@ pub fn answer(context: &ToolContext, tool: Tool, call: &ToolCall) -> Answer {
             Ok(_) => failed("skills_run is answered by the request loop.", None, None),
             Err(refusal) => *refusal,
         },
-        Tool::ReadFile | Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell => {
-            failed(format!("{} is not a skill tool.", tool.name()), None, None)
-        }
+        other => failed(format!("{} is not a skill tool.", other.name()), None, None),
     }
 }
 
