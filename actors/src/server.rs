@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::artifacts::{ArtifactStore, Artifacts};
-use crate::chat_loop::agents::AgentStats;
+use crate::chat_loop::agents::{self, AgentStats};
 use crate::chat_loop::{LoopMsg, LoopSettings};
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
@@ -43,6 +43,8 @@ pub struct Server {
     /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
     allows_scripts: bool,
     agent_stats: Arc<AgentStats>,
+    /// Requests may delegate to child agents (not `--no-multi-agent`).
+    multi_agent: bool,
 }
 
 /// What the server is started with.
@@ -178,6 +180,7 @@ impl Server {
         };
         let conversations = Arc::new(Conversations::default());
         let agent_stats = Arc::new(AgentStats::default());
+        let multi_agent = config.loop_settings.multi_agent;
         let args = SupervisorArgs {
             engine: config.model,
             loop_settings: config.loop_settings,
@@ -207,6 +210,7 @@ impl Server {
             conversations,
             allows_scripts,
             agent_stats,
+            multi_agent,
         })
     }
 
@@ -287,9 +291,15 @@ impl Server {
             .ok()
             .flatten()
             .ok_or_else(unavailable)?;
+        // The coordination tools are declared on the requests that delegate.
+        let mut tools = request.tools.clone();
+        if agents::delegates(self.multi_agent, request, backend.info().format.capabilities().tools) {
+            let own = crate::tools::agents::declarations(false, false);
+            tools.extend(own.into_iter().filter(|d| !request.tools.iter().any(|t| t.name == d.name)));
+        }
         let conversation = skillhost_engine::Conversation {
             messages: &request.messages,
-            tools: &request.tools,
+            tools: &tools,
             tool_choice: &request.tool_choice,
             parallel_tool_calls: request.parallel_tool_calls,
             response_format: &request.response_format,

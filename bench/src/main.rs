@@ -15,7 +15,9 @@
 //! generated skills, cold and warm, and ZIP install throughput; then code
 //! execution: a sandboxed `true` over a plain one, and `apply_patch` on a
 //! 10,000-line file with 50 hunks. Then the Web UI stream: when each
-//! round's frames of a two-round skills request arrive.
+//! round's frames of a two-round skills request arrive. Then four child
+//! agents decoding together against the same generations one at a time
+//! (see `agents`).
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -28,6 +30,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod baseline;
 mod exec;
 mod huge;
@@ -303,8 +306,8 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `webui`, `model`, `baseline`,
-    // `upstream` or `huge` (row 5 alone) runs one part.
+    // `skillhost-bench skills`, `exec`, `agents`, `webui`, `model`,
+    // `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if only.as_deref() == Some("huge") {
@@ -321,6 +324,10 @@ fn main() {
     if wanted("exec") {
         println!("code execution:");
         exec::run();
+        println!();
+    }
+    if wanted("agents") {
+        agents::run();
         println!();
     }
     if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") {

@@ -577,11 +577,15 @@ impl<'m> Executor<'m> {
                 free.iter().copied().max_by_key(|&i| (reuse[i], std::cmp::Reverse(self.slots[i].last_used)))
             };
             let Some(best) = chosen else { return };
+            // A copy pays from MIN_SHARED_PREFIX_TOKENS on: a few tokens (a
+            // template's opening) are cheaper to decode, and decoded here
+            // they leave a short prompt's answer independent of whatever
+            // other conversations happen to be cached.
             let donor = if self.sharing {
                 (0..self.slots.len())
                     .filter(|&i| i != best)
                     .max_by_key(|&i| reuse[i])
-                    .filter(|&i| reuse[i] > reuse[best])
+                    .filter(|&i| reuse[i] >= reuse[best] + MIN_SHARED_PREFIX_TOKENS)
             } else {
                 None
             };

@@ -7,7 +7,8 @@
 //! (`stream.sse`) with the expected files. `UPDATE_SCENARIOS=1` rewrites them.
 //!
 //! An output may be an object `{"agent": "/root/1", "output": "…",
-//! "delay_ms": N}`: meant for that child agent (plain strings are the
+//! "delay_ms": N, "panic": true}`: meant for that child agent (a panic
+//! stands for a bug that crashes the child's loop) (plain strings are the
 //! request's own model's). `agent_limits` and `agents_allow_write` set the
 //! bounds on children; the transcript shows each agent's prompts in turn.
 
@@ -43,8 +44,9 @@ fn outputs(script: &Value) -> Vec<ScriptedOutput> {
             Value::String(text) => ScriptedOutput::from(text.clone()),
             object => ScriptedOutput {
                 agent: object["agent"].as_str().unwrap().into(),
-                text: object["output"].as_str().unwrap().into(),
+                text: object["output"].as_str().unwrap_or_default().into(),
                 delay: std::time::Duration::from_millis(object["delay_ms"].as_u64().unwrap_or(0)),
+                panic: object["panic"].as_bool().unwrap_or(false),
             },
         })
         .collect()

@@ -2,8 +2,10 @@
 // skillhost server on the real model, drives the page in Debian's Chromium
 // through playwright-core, and checks chat streaming, the current-activity
 // panel, stopping, the skills page, artifact downloads, Markdown safety,
-// the layout at phone and desktop widths, cross-origin refusals, and
-// signing in on a server with keys.
+// the layout at phone and desktop widths, cross-origin refusals, signing
+// in on a server with keys, a llama-server upstream, and a turn with two
+// child agents (its model scripted behind a chat upstream, so the
+// children are certain; scripted-upstream.mjs).
 //
 // From the repository root, after `cargo build --release` and `make model`:
 //
@@ -26,6 +28,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
+
+import { startScriptedUpstream } from './scripted-upstream.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
@@ -743,6 +747,39 @@ async function run() {
       check(bodies.length === 1, `the page sent ${bodies.length} requests for one turn`);
     } finally {
       await frontedPage.close();
+    }
+  });
+
+  await step(12, 'a turn with two child agents lists them while they work and labels their steps', async () => {
+    const upstream = await startScriptedUpstream();
+    cleanups.push(upstream.close);
+    const fronted = await startServer([], ['--upstream', `${upstream.url},mode=chat`]);
+    const agentsPage = await context.newPage();
+    agentsPage.on('pageerror', (error) => problems.push(`uncaught ${error.stack ?? error.message}`));
+    try {
+      await agentsPage.goto(`${fronted}/`);
+      await agentsPage.waitForFunction(() => /scripted-agents/.test(document.getElementById('model-info').textContent));
+      await watchActivity(agentsPage);
+      await send(agentsPage, 'Use two helpers.');
+      // While the children work, the panel lists both, each with its state.
+      await agentsPage.waitForFunction(
+        () => [...document.querySelectorAll('#agents li')].filter((li) => li.dataset.state === 'working').length === 2
+          && !document.getElementById('agents').hidden,
+        null,
+        { timeout: TOOL_TURN_TIMEOUT_MS },
+      );
+      await agentsPage.screenshot({ path: join(OUTPUT, 'agents-working.png') });
+      for (const seen of ['/root/1 spawned', '/root/2 spawned', '/root/1: skills_list', '/root/2: skills_list', '/root/1 reported', '/root/2 reported']) {
+        await shownInActivity(agentsPage, seen);
+      }
+      await waitForTurnEnd(agentsPage, TOOL_TURN_TIMEOUT_MS);
+      const done = await lastAssistant(agentsPage);
+      check(done.state === 'done' && done.text.includes('Both helpers reported'), `the delegating turn did not finish: ${describe(done)}`);
+      check(!done.text.includes('Report of'), `a child's report reached the page as content: ${describe(done)}`);
+      const panel = await agentsPage.evaluate(() => ({ hidden: document.getElementById('agents').hidden, items: document.querySelectorAll('#agents li').length }));
+      check(panel.hidden && panel.items === 0, `the agents panel outlived its turn: ${JSON.stringify(panel)}`);
+    } finally {
+      await agentsPage.close();
     }
   });
 

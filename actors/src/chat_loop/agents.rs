@@ -108,6 +108,25 @@ impl AgentTree {
     }
 }
 
+/// Whether a request delegates: the server allows it (`multi_agent`), the
+/// request did not turn it off, and the model can call tools and have its
+/// calls read. Two requests are left alone because their answer must be
+/// the caller's: a JSON `response_format` (its grammar and the lazy call
+/// grammar cannot both hold, so the answer would not be held to JSON), and
+/// a `tool_choice` that forces one of the caller's own tools.
+pub fn delegates(allowed: bool, request: &ChatRequest, capable: bool) -> bool {
+    let caller_forced = match &request.tool_choice {
+        ToolChoice::Required => !request.tools.is_empty(),
+        ToolChoice::Named(name) => request.tools.iter().any(|t| &t.name == name),
+        ToolChoice::None | ToolChoice::Auto => false,
+    };
+    allowed
+        && capable
+        && request.multi_agent != Some(false)
+        && request.response_format == skillhost_engine::ResponseFormat::Text
+        && !caller_forced
+}
+
 /// Takes one of `max` places on `counter`; false when all are taken.
 fn reserve(counter: &AtomicUsize, max: usize) -> bool {
     counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).is_ok()
@@ -808,6 +827,30 @@ pub(super) fn collect_if_ready(myself: &ActorRef<LoopMsg>, state: &mut LoopState
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delegation_leaves_alone_answers_that_must_be_the_callers() {
+        let weather = skillhost_engine::ToolDef {
+            name: "weather".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let plain = ChatRequest::default();
+        assert!(delegates(true, &plain, true));
+        assert!(!delegates(false, &plain, true), "--no-multi-agent");
+        assert!(!delegates(true, &plain, false), "a model that cannot call tools");
+        assert!(!delegates(true, &ChatRequest { multi_agent: Some(false), ..plain.clone() }, true));
+        let json = ChatRequest { response_format: skillhost_engine::ResponseFormat::JsonObject, ..plain.clone() };
+        assert!(!delegates(true, &json, true), "a JSON answer");
+        let with_tools = ChatRequest { tools: vec![weather], ..plain.clone() };
+        assert!(delegates(true, &with_tools, true), "the caller's tools, offered");
+        let required = ChatRequest { tool_choice: ToolChoice::Required, ..with_tools.clone() };
+        assert!(!delegates(true, &required, true), "a call to the caller's tools, forced");
+        let named = ChatRequest { tool_choice: ToolChoice::Named("weather".into()), ..with_tools.clone() };
+        assert!(!delegates(true, &named, true));
+        let spawn = ChatRequest { tool_choice: ToolChoice::Named("spawn_agent".into()), ..with_tools };
+        assert!(delegates(true, &spawn, true), "forcing spawn_agent itself");
+    }
 
     #[test]
     fn places_are_taken_up_to_the_limit_and_not_one_past_it() {

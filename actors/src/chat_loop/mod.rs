@@ -444,13 +444,13 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         base_messages = prompt::apply_after(&base_messages, &block);
     }
     let affinity = skillhost_engine::remote::affinity_key(&base_messages);
-    // Delegation: on unless the server or the request turned it off, and
-    // only for a model whose tool calls can be read back.
-    let agents =
-        (settings.multi_agent && request.multi_agent != Some(false) && capabilities.tools).then(|| match &seat {
-            Some(seat) => Agents::new(Arc::clone(&seat.tree), seat.depth),
-            None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
-        });
+    // Delegation: on unless the server or the request turned it off, for a
+    // model whose tool calls can be read back, and not where the answer
+    // must be the caller's (see `agents::delegates`).
+    let agents = agents::delegates(settings.multi_agent, &request, capabilities.tools).then(|| match &seat {
+        Some(seat) => Agents::new(Arc::clone(&seat.tree), seat.depth),
+        None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
+    });
     if let Some(agents) = agents.as_ref().filter(|a| a.may_spawn()) {
         let allow_write = agents.tree.allow_write;
         let share_tools = tools

@@ -28,11 +28,18 @@ pub struct ScriptedOutput {
     pub text: String,
     /// Waits this long before the first piece (a slow generation).
     pub delay: std::time::Duration,
+    /// Panics when submitted, in the caller's task (a bug in a loop).
+    pub panic: bool,
 }
 
 impl From<String> for ScriptedOutput {
     fn from(text: String) -> Self {
-        ScriptedOutput { agent: crate::chat_loop::ROOT_AGENT.into(), text, delay: std::time::Duration::ZERO }
+        ScriptedOutput {
+            agent: crate::chat_loop::ROOT_AGENT.into(),
+            text,
+            delay: std::time::Duration::ZERO,
+            panic: false,
+        }
     }
 }
 
@@ -162,6 +169,9 @@ impl ModelBackend for ScriptedBackend {
             let at = outputs.iter().position(|o| o.agent == agent)?;
             outputs.remove(at)
         });
+        if output.as_ref().is_some_and(|o| o.panic) {
+            panic!("scripted panic for {agent}");
+        }
         if let Ok(mut submitted) = self.submitted.lock() {
             submitted.push(Submission {
                 agent,
