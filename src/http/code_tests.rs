@@ -12,7 +12,7 @@ use actix_web::{test, web, App};
 use serde_json::{json, Value};
 use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::chat_loop::LoopSettings;
-use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
 use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
@@ -51,12 +51,12 @@ async fn harness(outputs: Vec<String>) -> Harness {
 /// of skills, `code_exec` offers the code tools, `allow_exec` `skills_run`.
 async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: bool, allow_exec: bool) -> Harness {
     let settings = LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() };
-    harness_settings(outputs, skills, code_exec, settings).await
+    harness_settings(outputs.into_iter().map(ScriptedOutput::from).collect(), skills, code_exec, settings).await
 }
 
 /// [`harness_with`], with the loop settings given whole.
 async fn harness_settings(
-    outputs: Vec<String>,
+    outputs: Vec<ScriptedOutput>,
     skills: Option<PathBuf>,
     code_exec: bool,
     settings: LoopSettings,
@@ -93,7 +93,7 @@ async fn harness_settings(
         watch: false,
         poll: None,
     });
-    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
+    let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
     let config = ServerConfig {
         model: ModelSource::Provided(backend.clone()),
         skills,
@@ -453,7 +453,7 @@ async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
 async fn a_turn_ends_at_its_time_budget_and_says_so() {
     let outputs = vec![call("shell", json!({"command": "sleep 47"})), "Never reached.".to_string()];
     let settings = LoopSettings { turn_timeout: Duration::from_millis(1500), ..LoopSettings::default() };
-    let harness = harness_settings(outputs, None, true, settings).await;
+    let harness = harness_settings(outputs.into_iter().map(ScriptedOutput::from).collect(), None, true, settings).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Wait."}]});
     let response: Value = test::call_and_read_body_json(
@@ -468,4 +468,60 @@ async fn a_turn_ends_at_its_time_budget_and_says_so() {
     assert_eq!(workspaces(harness.base.path()), 0);
     let survivors = Command::new("pgrep").args(["-x", "-f", "sleep 47"]).output().unwrap();
     assert!(survivors.stdout.is_empty(), "the command outlived its turn");
+}
+
+#[actix_web::test]
+async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
+    for allow_write in [false, true] {
+        let child =
+            |text: String| ScriptedOutput { agent: "/root/1".into(), text, delay: Duration::ZERO, panic: false };
+        let task = "Read notes.txt and answer in reply.txt.";
+        // Read-only, a child cannot be given write_file (refused at the
+        // spawn) and is started with what it may have; allowed, it gets it.
+        let spawns = if allow_write {
+            vec![call("spawn_agent", json!({"message": task, "tools": ["read_file", "write_file"]}))]
+        } else {
+            vec![
+                call("spawn_agent", json!({"message": task, "tools": ["write_file"]})),
+                call("spawn_agent", json!({"message": task})),
+            ]
+        };
+        let mut outputs = vec![ScriptedOutput::from(call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "from the parent\n"}),
+        ))];
+        outputs.extend(spawns.into_iter().map(ScriptedOutput::from));
+        outputs.extend([
+            ScriptedOutput::from(call("wait_agent", json!({}))),
+            ScriptedOutput::from(call("read_file", json!({"path": "reply.txt"}))),
+            ScriptedOutput::from("Done.".to_string()),
+            child(call("read_file", json!({"path": "notes.txt"}))),
+            child(call("write_file", json!({"path": "reply.txt", "content": "from the child\n"}))),
+            child("Wrote my answer.".to_string()),
+        ]);
+        let settings = LoopSettings { max_rounds: 24, agents_allow_write: allow_write, ..LoopSettings::default() };
+        let harness = harness_settings(outputs, None, true, settings).await;
+        let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+        let body = json!({"messages": [{"role": "user", "content": "Delegate."}], "temperature": 0});
+        let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+        let reply: Value = test::call_and_read_body_json(&app, request).await;
+        assert_eq!(reply["choices"][0]["message"]["content"], "Done.", "{reply}");
+        let agents = harness.backend.agents();
+        let prompts = harness.backend.prompts();
+        let last_of = |agent: &str| {
+            agents.iter().zip(&prompts).filter(|(a, _)| *a == agent).map(|(_, p)| p.clone()).next_back().unwrap()
+        };
+        let (parent, child) = (last_of("/root"), last_of("/root/1"));
+        // The child reads the parent's folder either way.
+        assert!(child.contains("from the parent"), "{child}");
+        if allow_write {
+            assert!(!parent.contains("agent cannot be given"), "{parent}");
+            assert!(parent.contains("from the child"), "the parent does not see the child's file: {parent}");
+        } else {
+            assert!(parent.contains("agents only read on this server"), "{parent}");
+            assert!(child.contains("write_file is not open to you"), "{child}");
+            assert!(!parent.contains("from the child"), "a read-only child wrote: {parent}");
+        }
+        assert_eq!(workspaces(harness.base.path()), 0, "the request's folder outlived it");
+    }
 }

@@ -74,6 +74,32 @@ def test_a_forced_spawn_starts_a_child_that_decodes_beside_its_parent(delegating
     assert "<tool_call>" not in content
 
 
+def test_a_client_that_leaves_mid_turn_stops_its_children_and_frees_their_slots(delegating):
+    import http.client
+    import time
+    from urllib.parse import urlparse
+
+    address = urlparse(delegating.url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
+    body = {"model": MODEL, "messages": DELEGATE, "tool_choice": SPAWN, "temperature": 0, "max_tokens": 2000, "stream": True}
+    connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    deadline = time.monotonic() + 120
+    while series(metrics(delegating), "skillhost_agents_open") < 1:
+        assert time.monotonic() < deadline, "no child started, so its end would prove nothing"
+        time.sleep(0.05)
+    connection.close()
+    deadline = time.monotonic() + 60
+    while True:
+        text = metrics(delegating)
+        if series(text, "skillhost_agents_open") == 0 and series(text, "skillhost_active_slots") == 0:
+            break
+        assert time.monotonic() < deadline, f"a child or a slot outlived its client:\n{text}"
+        time.sleep(0.05)
+    assert series(text, "skillhost_agents_stopped_total") >= 1
+
+
 def test_delegation_off_declares_no_tools_and_a_forced_spawn_is_refused(client, start_server):
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
