@@ -263,6 +263,16 @@ pub struct LoopState {
 }
 
 impl LoopState {
+    /// What a bound cut short, in the notes that say so: a request's turn,
+    /// or a child agent's task.
+    fn task_word(&self) -> &'static str {
+        if self.seat.is_some() {
+            "agent's task"
+        } else {
+            "turn"
+        }
+    }
+
     /// Sends an event to the HTTP handler. False when the client is gone.
     fn emit(&self, event: ChatEvent) -> bool {
         self.events.send(event).is_ok()
@@ -626,8 +636,9 @@ impl Actor for LoopActor {
                 }
                 let separator = if state.content_sent { "\n\n" } else { "" };
                 let seconds = state.settings.turn_timeout.as_secs();
+                let what = state.task_word();
                 let note = format!(
-                    "{separator}[This answer was cut short: the turn used its whole time budget of {seconds} s.]"
+                    "{separator}[This answer was cut short: the {what} used its whole time budget of {seconds} s.]"
                 );
                 if let Some(agents) = state.agents.as_mut() {
                     agents.holding = false;
@@ -885,7 +896,8 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         flush_held(state);
         let separator = if state.content_sent { "\n\n" } else { "" };
         let rounds = state.settings.max_rounds;
-        let note = format!("{separator}[This answer was cut short: the turn used all {rounds} tool rounds.]");
+        let what = state.task_word();
+        let note = format!("{separator}[This answer was cut short: the {what} used all {rounds} tool rounds.]");
         // The separator is explicit: the note belongs after this round's text.
         started = true;
         state.emit_content(note, &mut started);
