@@ -291,11 +291,12 @@ impl Server {
             .ok()
             .flatten()
             .ok_or_else(unavailable)?;
-        // The coordination tools are declared on the requests that delegate.
+        // The coordination tools are declared on the requests that delegate
+        // (none of them when the caller brings one of its own).
         let mut tools = request.tools.clone();
-        if agents::delegates(self.multi_agent, request, backend.info().format.capabilities().tools) {
-            let own = crate::tools::agents::declarations(false, false);
-            tools.extend(own.into_iter().filter(|d| !request.tools.iter().any(|t| t.name == d.name)));
+        let clash = request.tools.iter().any(|t| crate::tools::agents::NAMES.contains(&t.name.as_str()));
+        if !clash && agents::delegates(self.multi_agent, request, backend.info().format.capabilities().tools) {
+            tools.extend(crate::tools::agents::declarations(false, false));
         }
         let conversation = skillhost_engine::Conversation {
             messages: &request.messages,

@@ -457,7 +457,15 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
     // Delegation: on unless the server or the request turned it off, for a
     // model whose tool calls can be read back, and not where the answer
     // must be the caller's (see `agents::delegates`).
-    let agents = agents::delegates(settings.multi_agent, &request, capabilities.tools).then(|| match &seat {
+    // The five tools are one protocol: a caller that brings one of them (an
+    // agent harness with sub-agents of its own) gets none of ours, so the
+    // model never mixes its spawn with our wait.
+    let clash = tools::agents::NAMES.iter().find(|name| caller_tools.contains(**name));
+    if let Some(name) = clash {
+        tracing::warn!(tool = ?name, "the caller declares a coordination tool of its own; ours are not offered");
+    }
+    let delegating = clash.is_none() && agents::delegates(settings.multi_agent, &request, capabilities.tools);
+    let agents = delegating.then(|| match &seat {
         Some(seat) => Agents::new(Arc::clone(&seat.tree), seat.depth),
         None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
     });
@@ -469,13 +477,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
             .filter_map(|t| Tool::from_name(&t.name))
             .any(|t| allow_write || t.read_only());
         let share_skills = skill_tools.as_ref().is_some_and(|c| !c.reachable.is_empty());
-        for declaration in tools::agents::declarations(share_skills, share_tools) {
-            if caller_tools.contains(&declaration.name) {
-                tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a coordination tool; the caller's wins");
-                continue;
-            }
-            tools.push(declaration);
-        }
+        tools.extend(tools::agents::declarations(share_skills, share_tools));
     }
     let agent_id = seat.as_ref().map_or_else(|| ROOT_AGENT.to_string(), |seat| seat.id.clone());
     LoopState {

@@ -21,6 +21,9 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// the result says so. The model can always wait again.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// The coordination tools' names.
+pub const NAMES: [&str; 5] = ["spawn_agent", "send_input", "wait_agent", "close_agent", "list_agents"];
+
 /// What a coordination call asks of the loop.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentOp {
@@ -220,6 +223,8 @@ mod tests {
 
     #[test]
     fn wait_agent_requires_nothing_and_renders_an_empty_list() {
+        let declared: Vec<String> = declarations(true, true).into_iter().map(|d| d.name).collect();
+        assert_eq!(declared, NAMES);
         let wait = declarations(false, false).into_iter().find(|d| d.name == "wait_agent").unwrap();
         assert_eq!(wait.parameters["required"], json!([]));
         let read = read(Tool::WaitAgent, "/root", &Map::new()).unwrap();
