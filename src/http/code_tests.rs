@@ -153,6 +153,8 @@ async fn write_fail_patch_rerun_green_in_one_request() {
     assert!(last.contains("all green\n[exit status 0]"), "{last}");
     // Paths in output are relative, never the host's workspace path.
     assert!(!last.contains(harness.base.path().to_str().unwrap()), "a host path leaked into the prompt");
+    // The shell's declaration says what this host gives a command.
+    assert!(last.contains("- shell: Run a bash command in the working folder, sandboxed and offline."), "{last}");
 
     let artifacts = response["artifacts"].as_array().unwrap();
     let calc = artifacts.iter().find(|a| a["path"] == "calc.py").unwrap();

@@ -407,11 +407,11 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         request.sampling.temperature = temperature;
     }
     request.max_tokens = request.max_tokens.or(settings.max_tokens);
-    if code_tools {
+    if let Some(e) = exec.as_ref().filter(|_| code_tools) {
         if let (Some(temperature), false) = (settings.code_temperature, request.temperature_set) {
             request.sampling.temperature = temperature;
         }
-        for declaration in tools::code_declarations().into_iter().filter(|d| given(&d.name)) {
+        for declaration in tools::code_declarations(&e.settings).into_iter().filter(|d| given(&d.name)) {
             if caller_tools.contains(&declaration.name) {
                 tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a code tool; the caller's wins");
                 continue;

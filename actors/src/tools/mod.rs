@@ -238,9 +238,10 @@ pub async fn answer_code(context: &mut CodeContext<'_>, call: CodeCall) -> Resul
 /// depends on nothing but that, so the prompt prefix stays stable.
 pub const CODE_PROMPT: &str = "## Working with files\nYou have a private working folder for this request. Create a new file with write_file. Change an existing file, even by one line, with apply_patch: read the lines first, then send the smallest patch whose context matches them exactly. Run commands with shell; the folder and exported variables carry over between commands. When a tool says a file now holds what you wrote, do not read it back.";
 
-/// The code tools' declarations, in a fixed order.
-pub fn code_declarations() -> Vec<ToolDef> {
-    vec![read_file::declaration(), write_file::declaration(), apply_patch::declaration(), shell::declaration()]
+/// The code tools' declarations, in a fixed order; the shell's says what
+/// commands get under `settings`.
+pub fn code_declarations(settings: &crate::sandbox::ExecSettings) -> Vec<ToolDef> {
+    vec![read_file::declaration(), write_file::declaration(), apply_patch::declaration(), shell::declaration(settings)]
 }
 
 #[cfg(test)]
@@ -268,7 +269,7 @@ mod tests {
         }
         assert_eq!(Tool::from_name("str_replace"), Some(Tool::EditFile));
         assert_eq!(Tool::from_name("get_weather"), None);
-        let declared: Vec<String> = code_declarations().into_iter().map(|d| d.name).collect();
+        let declared: Vec<String> = code_declarations(&shell::tests::settings()).into_iter().map(|d| d.name).collect();
         assert_eq!(declared, ["read_file", "write_file", "apply_patch", "shell"]);
     }
 }

@@ -12,6 +12,7 @@ use skillhost_engine::ToolDef;
 use super::{args, Answer, CodeContext, ToolError};
 use crate::sandbox::actor::{self, Finished, Job, Purpose};
 use crate::sandbox::launch::OUTPUT_CAP_BYTES;
+use crate::sandbox::ExecSettings;
 
 /// A shell command's deadline when the model gives none.
 pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -26,12 +27,23 @@ const SHELL_STATE: &str = ".skillhost/state.sh";
 /// "false"), not a failure.
 const BENIGN_EXIT_ONE: [&str; 8] = ["grep", "egrep", "fgrep", "rg", "diff", "cmp", "test", "["];
 
-pub fn declaration() -> ToolDef {
+/// The declaration, saying what a command gets on this host as it runs now:
+/// confined or not, offline or networked (a model that believes it is
+/// offline when it is not, or the reverse, plans the wrong steps).
+pub fn declaration(settings: &ExecSettings) -> ToolDef {
+    let network = if settings.shell_network { "with the host's network" } else { "offline" };
+    let description = match actor::confinement(settings, Purpose::Shell) {
+        Ok((false, _)) => format!(
+            "Run a bash command in the working folder, sandboxed and {network}. Returns its output and exit status."
+        ),
+        Ok((true, _)) => format!(
+            "Run a bash command in the working folder, not sandboxed (with the server's own access to this machine) and {network}. Returns its output and exit status."
+        ),
+        Err(_) => "Run a bash command in the working folder. This host cannot sandbox commands and the server runs none unsandboxed, so every call is refused: do without it.".to_string(),
+    };
     ToolDef {
         name: "shell".into(),
-        description:
-            "Run a bash command in the working folder, sandboxed and offline. Returns its output and exit status."
-                .into(),
+        description,
         parameters: json!({"type": "object", "properties": {
             "command": {"type": "string", "description": "The command line."},
             "timeout_ms": {"type": "integer", "description": "Deadline in milliseconds (default 60000)."}
@@ -241,8 +253,39 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::sandbox::launch::{Launcher, SandboxMode};
+
+    /// Settings of a host that confines commands, offline.
+    pub(crate) fn settings() -> ExecSettings {
+        ExecSettings {
+            launcher: Launcher { helper: "skillhost".into(), profile_dir: "profiles".into(), cgroups: None },
+            mode: SandboxMode::Required,
+            unavailable: None,
+            shell_unconfined: false,
+            shell_network: false,
+            skills_network: false,
+            gaps: None,
+        }
+    }
+
+    #[test]
+    fn the_declaration_says_what_a_command_gets_under_each_setting() {
+        let says = |settings: ExecSettings| declaration(&settings).description;
+        assert!(says(settings()).contains("sandboxed and offline"));
+        let networked = ExecSettings { shell_network: true, ..settings() };
+        assert!(says(networked).contains("sandboxed and with the host's network"));
+        let unconfined = ExecSettings { shell_unconfined: true, ..settings() };
+        assert!(says(unconfined).contains("not sandboxed (with the server's own access to this machine) and offline"));
+        let off = ExecSettings { mode: SandboxMode::Off, shell_network: true, ..settings() };
+        assert!(says(off)
+            .contains("not sandboxed (with the server's own access to this machine) and with the host's network"));
+        let missing = || ExecSettings { unavailable: Some("no user namespaces".into()), ..settings() };
+        assert!(says(missing()).contains("every call is refused"));
+        let preferred = ExecSettings { mode: SandboxMode::Preferred, ..missing() };
+        assert!(says(preferred).contains("not sandboxed"));
+    }
 
     #[test]
     fn benign_exit_codes() {
