@@ -185,6 +185,8 @@ async fn shell_recoveries_and_state_across_calls() {
         call("shell", json!({"command": "cat missing.txt"})),
         call("shell", json!({"command": "python -c 'print(6*7)'"})),
         call("shell", json!({"command": "sleep 30", "timeout_ms": 1000})),
+        call("shell", json!({"command": "cd /tmp"})),
+        call("shell", json!({"command": "rm -f \"$HOME/.skillhost/state.sh\"; exit 0"})),
         "done".to_string(),
     ];
     let harness = harness(outputs).await;
@@ -211,6 +213,12 @@ async fn shell_recoveries_and_state_across_calls() {
     assert!(last.contains("42\n[exit status 0]"), "{last}");
     // The deadline kills and says so.
     assert!(last.contains("[killed after 1 s: the command did not finish in time"), "{last}");
+    // A move of the working folder is said once; leaving the folder and a
+    // lost state are said too.
+    assert!(last.contains("made > f.txt\n[exit status 0]\nWorking directory is now sub."), "{last}");
+    assert_eq!(last.matches("Working directory is now sub.").count(), 1, "{last}");
+    assert!(last.contains("$ cd /tmp\n[exit status 0]\nWorking directory is now the top of the working folder: the command ended outside it"), "{last}");
+    assert!(last.contains("[exit status 0]\nThe shell's state was reset"), "{last}");
     assert_eq!(workspaces(harness.base.path()), 0);
 }
 

@@ -58,6 +58,8 @@ pub struct ShellMemory {
     cwd: Option<String>,
     /// The last failing command, its output and how often it failed so.
     last_failure: Option<(String, String, u32)>,
+    /// A saved state was read back after the last command.
+    had_state: bool,
 }
 
 impl ShellMemory {
@@ -143,6 +145,25 @@ fn cwd_from_state(state: &str, root: &Path) -> Option<String> {
     Some(relative.to_string_lossy().into_owned())
 }
 
+/// The note a result carries when the shell's state moved: where the next
+/// command starts (`before` and `after` are relative to the workspace, `""`
+/// its top), or that the state was lost and the next one starts afresh.
+fn state_note(before: &str, had_state: bool, state_read: bool, after: Option<&str>) -> Option<String> {
+    let shown = |cwd: &str| if cwd.is_empty() { "the top of the working folder".to_string() } else { cwd.to_string() };
+    match (state_read, after) {
+        (false, _) if had_state => Some(
+            "The shell's state was reset: this command left none to carry over, so the next one starts at the top of the working folder without the variables exported before.".into(),
+        ),
+        (false, _) => None,
+        (true, None) => Some(
+            "Working directory is now the top of the working folder: the command ended outside it, where the next one cannot start."
+                .into(),
+        ),
+        (true, Some(after)) if after != before => Some(format!("Working directory is now {}.", shown(after))),
+        (true, Some(_)) => None,
+    }
+}
+
 pub(super) fn format_run(header: &str, finished: &Finished, root: &Path, cwd: &Path, timeout: Duration) -> String {
     let ran = &finished.ran;
     let mut text = format!("{header}\n");
@@ -210,7 +231,11 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
         .await
         .flatten()
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    context.shell.cwd = state.as_deref().and_then(|state| cwd_from_state(state, &root));
+    let before = context.shell.cwd.clone().unwrap_or_default();
+    let after = state.as_deref().and_then(|state| cwd_from_state(state, &root));
+    let note = state_note(&before, context.shell.had_state, state.is_some(), after.as_deref());
+    context.shell.had_state = state.is_some();
+    context.shell.cwd = after;
     let ran = &finished.ran;
     let mut text = format_run(&format!("$ {command}"), &finished, &root, &cwd, timeout);
     let ok = match ran.exit_code {
@@ -245,6 +270,10 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
             ));
         }
     }
+    if let Some(note) = note {
+        text.push_str(&note);
+        text.push('\n');
+    }
     if let Some(gaps) = &finished.gaps {
         text.push_str(gaps);
         text.push('\n');
@@ -268,6 +297,20 @@ pub(crate) mod tests {
             skills_network: false,
             gaps: None,
         }
+    }
+
+    #[test]
+    fn a_moved_or_lost_state_is_said_once() {
+        assert_eq!(state_note("", false, true, Some("")), None, "the first command, staying at the top");
+        assert_eq!(state_note("", true, true, Some("sub")).unwrap(), "Working directory is now sub.");
+        assert_eq!(state_note("sub", true, true, Some("sub")), None, "no move, no note");
+        assert_eq!(
+            state_note("sub", true, true, Some("")).unwrap(),
+            "Working directory is now the top of the working folder."
+        );
+        assert!(state_note("sub", true, true, None).unwrap().contains("the command ended outside it"));
+        assert!(state_note("sub", true, false, None).unwrap().starts_with("The shell's state was reset"));
+        assert_eq!(state_note("", false, false, None), None, "nothing was carried, so nothing was lost");
     }
 
     #[test]
