@@ -535,3 +535,37 @@ async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
         assert_eq!(workspaces(harness.base.path()), 0, "the request's folder outlived it");
     }
 }
+
+#[actix_web::test]
+async fn a_failure_the_sandbox_caused_is_named_as_such() {
+    // A listener on the host's loopback: the sandbox has a loopback of its
+    // own, so the connection is refused there, and nothing leaves 127.0.0.1.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // /etc is read-only in the profile; a new file there is refused.
+    let outside = "/etc/skillhost-denied-by-the-sandbox";
+    let outputs = vec![
+        call("shell", json!({"command": format!("python -c \"open('{outside}', 'w')\"")})),
+        call(
+            "shell",
+            json!({"command": format!("python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"")}),
+        ),
+        call("shell", json!({"command": "python -c \"assert 2 + 2 == 5\""})),
+        "done".to_string(),
+    ];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Try it."}]});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let _: Value = test::call_and_read_body_json(&app, request).await;
+    if Path::new(outside).exists() {
+        let _ = std::fs::remove_file(outside);
+        panic!("the sandbox let a command write {outside}");
+    }
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains(&format!("The sandbox refused \"{outside}\"")), "{last}");
+    assert!(last.contains("The sandbox kept this command offline"), "{last}");
+    // A plain bug is left to the model.
+    let bug = last.split("assert 2 + 2 == 5").nth(1).unwrap();
+    assert!(!bug.contains("the code is not at fault"), "{last}");
+}

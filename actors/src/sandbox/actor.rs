@@ -50,6 +50,8 @@ pub struct Finished {
     pub ran: Ran,
     /// The "Not confined on this host:" line, when something was not.
     pub gaps: Option<String>,
+    /// The command could use the network (so a network error is real).
+    pub network: bool,
 }
 
 pub struct SandboxActor;
@@ -143,13 +145,19 @@ impl Actor for SandboxActor {
                 state.next += 1;
                 let settings = Arc::clone(&state.settings);
                 let groups = Arc::clone(&state.groups);
+                let network = match job.purpose {
+                    Purpose::Shell => settings.shell_network,
+                    Purpose::Script => settings.skills_network,
+                    Purpose::SyntaxCheck => false,
+                };
                 let task = tokio::spawn(async move {
                     let record = |pgid| {
                         if let Ok(mut groups) = groups.lock() {
                             groups.insert(number, pgid);
                         }
                     };
-                    let result = run_job(&settings, &job, unconfined, record).await.map(|ran| Finished { ran, gaps });
+                    let result =
+                        run_job(&settings, &job, unconfined, record).await.map(|ran| Finished { ran, gaps, network });
                     if let Ok(mut groups) = groups.lock() {
                         groups.remove(&number);
                     }

@@ -11,6 +11,7 @@
 pub mod agents;
 pub mod apply_patch;
 pub mod args;
+pub mod diagnosis;
 pub mod edit_file;
 pub mod read_file;
 pub mod shell;

@@ -263,6 +263,12 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
             Some((last_command, last_output, count)) if *last_command == command && *last_output == output => count + 1,
             _ => 1,
         };
+        // A failure the sandbox caused is named as such, so the model does
+        // not "fix" correct code.
+        if let Some(note) = super::diagnosis::environment_note(&output, finished.network, &root) {
+            text.push_str(&note);
+            text.push('\n');
+        }
         context.shell.last_failure = Some((command.clone(), output, count));
         if count > 1 {
             text.push_str(&format!(
