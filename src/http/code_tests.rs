@@ -283,6 +283,8 @@ print('cwd holds:', sorted(os.listdir('.')))\n",
     std::fs::write(skill.join("scripts/which.sh"), "#!/usr/bin/python3\necho \"bash $BASH_VERSION\" | cut -c1-4\n")
         .unwrap();
     std::fs::write(skill.join("scripts/notes.txt"), "not a script\n").unwrap();
+    // Writes where the sandbox allows no writes.
+    std::fs::write(skill.join("scripts/write-etc.sh"), "echo x > /etc/skillhost-denied-by-a-script\n").unwrap();
     for dir in [&skills, &skill, &skill.join("scripts")] {
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
@@ -306,6 +308,7 @@ async fn skills_run_argument_shapes_refusals_and_scratch_folders() {
         run(json!("[--flag, value")),
         call("skills_run", json!({"skill": "echo-args", "path": "scripts/which.sh"})),
         call("skills_run", json!({"skill": "echo-args", "path": "scripts/notes.txt"})),
+        call("skills_run", json!({"skill": "echo-args", "path": "scripts/write-etc.sh"})),
         call("skills_run", json!({"skill": "echo-args", "path": "../../etc/passwd.py"})),
         call("skills_run", json!({"skill": "no-such-skill", "path": "scripts/show.py"})),
         call("skills_run", json!({"skill": "echo-args"})),
@@ -334,6 +337,9 @@ async fn skills_run_argument_shapes_refusals_and_scratch_folders() {
     assert!(last.contains("[skills_run: scripts/which.sh]\nbash\n"), "{last}");
     assert!(last.contains("bash\n[exit status 0]"), "{last}");
     assert!(last.contains("is not a script skills_run can run"), "{last}");
+    // A failure the sandbox caused is named, as for the shell.
+    assert!(last.contains("The sandbox refused \"/etc/skillhost-denied-by-a-script\""), "{last}");
+    assert!(!Path::new("/etc/skillhost-denied-by-a-script").exists(), "a script wrote outside the sandbox");
     assert!(last.contains("No skill called 'no-such-skill'"), "{last}");
     assert!(last.contains("climbs out of the skill folder"), "{last}");
     assert!(last.contains("Say which script to run"), "{last}");

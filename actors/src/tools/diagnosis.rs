@@ -61,8 +61,14 @@ pub fn environment_note(output: &str, network: bool, root: &Path) -> Option<Stri
         );
     }
     let root = root.to_string_lossy();
-    for line in output.lines().filter(|line| DENIED_SIGNS.iter().any(|sign| line.contains(sign))) {
-        if let Some(path) = outside_path(line, &root) {
+    for line in output.lines() {
+        let Some(at) = DENIED_SIGNS.iter().filter_map(|sign| line.find(sign)).min() else { continue };
+        // The refused path is the last one before the complaint (bash:
+        // "script: line 1: /etc/x: Read-only file system") or the first
+        // after it (Python: "Permission denied: '/etc/x'").
+        let path = absolute_paths(&line[..at]).last().cloned().or_else(|| absolute_paths(&line[at..]).first().cloned());
+        if let Some(path) = path.filter(|path| !inside(path, &root)) {
+            let path: String = path.chars().take(MAX_QUOTED_PATH).collect();
             return Some(format!(
                 "The sandbox refused {path:?}: commands may change only the working folder (and /tmp) and read only the system paths its profile allows; work inside the folder, the code is not at fault."
             ));
@@ -71,12 +77,17 @@ pub fn environment_note(output: &str, network: bool, root: &Path) -> Option<Stri
     None
 }
 
-/// The first absolute path in `line` that is not inside `root`.
-fn outside_path(line: &str, root: &str) -> Option<String> {
-    line.split(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | ':' | ',' | '(' | ')' | '`' | '‘' | '’'))
+/// The absolute paths in `text`, in order.
+fn absolute_paths(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | ':' | ',' | '(' | ')' | '`' | '‘' | '’'))
         .filter(|word| word.starts_with('/') && word.len() > 1)
-        .find(|path| !(root.len() > 1 && (*path == root || path.starts_with(&format!("{root}/")))))
-        .map(|path| path.chars().take(MAX_QUOTED_PATH).collect())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `path` lies in the working folder `root`.
+fn inside(path: &str, root: &str) -> bool {
+    root.len() > 1 && (path == root || path.starts_with(&format!("{root}/")))
 }
 
 #[cfg(test)]
@@ -93,8 +104,8 @@ mod tests {
     fn a_refused_path_outside_the_folder_is_the_sandbox() {
         let python = "PermissionError: [Errno 13] Permission denied: '/etc/skillhost-test'";
         assert!(note(python, false).unwrap().starts_with("The sandbox refused \"/etc/skillhost-test\""));
-        let bash = "bash: /usr/local/bin/tool: Read-only file system";
-        assert!(note(bash, false).unwrap().contains("/usr/local/bin/tool"));
+        let bash = "/skills/x/run.sh: line 1: /usr/local/bin/tool: Read-only file system";
+        assert!(note(bash, false).unwrap().starts_with("The sandbox refused \"/usr/local/bin/tool\""));
         // Inside the folder, a refusal is the code's business (a mode it set).
         assert_eq!(note(&format!("Permission denied: '{ROOT}/out.txt'"), false), None);
         assert_eq!(note("cat: secret: Permission denied", false), None, "a relative path is inside");

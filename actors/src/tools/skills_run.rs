@@ -149,6 +149,12 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
     if let Some(code) = finished.ran.exit_code {
         text.push_str(&format!("[exit status {code}]\n"));
     }
+    // A failure the sandbox caused is named, as for the shell.
+    let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
+    if let Some(note) = super::diagnosis::environment_note(&output, finished.network, &root).filter(|_| !ok) {
+        text.push_str(&note);
+        text.push('\n');
+    }
     if let Some(gaps) = &finished.gaps {
         text.push_str(gaps);
         text.push('\n');
