@@ -414,11 +414,14 @@ pub(super) async fn handle_op(
 
 /// The tools of ours a child may be given: the parent's own, less the
 /// ones that write or run unless the operator allows them.
-fn grantable(state: &LoopState, allow_write: bool) -> Vec<String> {
-    state
-        .tools
+pub(super) fn grantable(
+    tools: &[skillhost_engine::ToolDef],
+    caller_tools: &std::collections::HashSet<String>,
+    allow_write: bool,
+) -> Vec<String> {
+    tools
         .iter()
-        .filter(|t| !state.caller_tools.contains(&t.name))
+        .filter(|t| !caller_tools.contains(&t.name))
         .filter_map(|t| Tool::from_name(&t.name))
         .filter(|t| !t.is_agent() && (allow_write || t.read_only()))
         .map(|t| t.name().to_string())
@@ -457,7 +460,7 @@ async fn spawn(
             (named, Some(false))
         }
     };
-    let allowed = grantable(state, tree.allow_write);
+    let allowed = grantable(&state.tools, &state.caller_tools, tree.allow_write);
     let child_tools = match tools {
         None => allowed.clone(),
         Some(named) => {

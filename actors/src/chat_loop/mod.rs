@@ -470,12 +470,7 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
     });
     if let Some(agents) = agents.as_ref().filter(|a| a.may_spawn()) {
-        let allow_write = agents.tree.allow_write;
-        let share_tools = tools
-            .iter()
-            .filter(|t| !caller_tools.contains(&t.name))
-            .filter_map(|t| Tool::from_name(&t.name))
-            .any(|t| allow_write || t.read_only());
+        let share_tools = !agents::grantable(&tools, &caller_tools, agents.tree.allow_write).is_empty();
         let share_skills = skill_tools.as_ref().is_some_and(|c| !c.reachable.is_empty());
         tools.extend(tools::agents::declarations(share_skills, share_tools));
     }
