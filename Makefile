@@ -16,14 +16,14 @@ FEATURES := $(if $(GPU),--features $(GPU))
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
 
-.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps model test-models lint llama-server lb-deps
+.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
 
 run: deps model build
 	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
 
 # The upstream tests front real llama-servers: the one `make bench` builds
 # and caches under ~/.cache/skillhost (built here when it is missing).
-test: deps test-models $(VENV)/.installed browser-deps agent-deps llama-server lb-deps lint
+test: deps test-models $(VENV)/.installed browser-deps agent-deps code-deps llama-server lb-deps lint
 	$(CARGO) test --release --workspace
 	$(CARGO) build --release
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python
@@ -48,6 +48,18 @@ soak: deps model build $(VENV)/.installed
 # Side by side with llama.cpp's llama-server, built once into ~/.cache/skillhost.
 bench: deps model llama-server
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh) $(CARGO) run --release -p skillhost-bench
+
+# The install tests run the host's installer for real: Debian's pip for the
+# system Python (the one sandboxed commands use) and npm, against packages
+# the tests serve on 127.0.0.1.
+code-deps:
+	@missing=""; \
+	/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
+	fi
 
 # The replica test runs the HAProxy configuration in deploy/.
 lb-deps:

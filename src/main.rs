@@ -28,14 +28,17 @@ use skillhost_actors::model::ModelSource;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
-use config::{Cli, Command, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig};
+use config::{Cli, Command, InstallConfig, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
 use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::sandbox::doctor;
+use skillhost_actors::sandbox::egress::Egress;
+use skillhost_actors::sandbox::interpreters::{Interpreters, SEARCH_PATH};
 use skillhost_actors::sandbox::launch::SandboxMode;
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
+use skillhost_actors::tools::install::InstallSettings;
 use skillhost_actors::workspace::Workspace;
 
 /// Prints a command's report and exits 0 only when it says all went well;
@@ -259,6 +262,17 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
     if unavailable.is_some() && mode == SandboxMode::Required {
         tracing::warn!("this host cannot confine commands; with --skills-sandbox required, shell and skills_run will refuse to run");
     }
+    let interpreters = Interpreters::detect().with_overrides(&exec.interpreters).map_err(|err| err.to_string())?;
+    match interpreters.python() {
+        Some(python) => {
+            tracing::info!("interpreters: python is {} ({})", python.path.display(), interpreters.describe())
+        }
+        None => tracing::warn!("interpreters: no python3 found in {}", SEARCH_PATH.join(":")),
+    }
+    let install = match &exec.install {
+        Some(install) => Some(Arc::new(install_settings(install, &interpreters).await?)),
+        None => None,
+    };
     let settings = ExecSettings {
         launcher,
         mode,
@@ -267,6 +281,9 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
         shell_network: exec.code_network,
         skills_network: exec.skills_network,
         gaps: doctor::gaps_line(&checks),
+        interpreters: Arc::new(interpreters),
+        proxy_env: skillhost_actors::sandbox::proxy_environment(std::env::vars()),
+        install,
     };
     let runtime = Arc::new(ExecRuntime {
         settings: Arc::new(settings),
@@ -275,6 +292,38 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
         code_exec: exec.code_exec,
     });
     Ok((Some(runtime), Some(artifacts), owned))
+}
+
+/// Starts the install proxy and says in the log what the installer may do.
+async fn install_settings(install: &InstallConfig, interpreters: &Interpreters) -> Result<InstallSettings, String> {
+    let egress = Egress::start(install.domains.clone())
+        .await
+        .map_err(|err| format!("--code-exec-allow-install: cannot start the install proxy on 127.0.0.1: {err}"))?;
+    let npm = SEARCH_PATH.iter().map(|dir| std::path::Path::new(dir).join("npm")).find(|p| p.is_file());
+    tracing::info!(
+        proxy = %egress.url(),
+        index = install.python_index,
+        registry = install.npm_registry,
+        "capability: the host installs packages for shell commands (--code-exec-allow-install), reaching only {}",
+        install.domains.join(", ")
+    );
+    if interpreters.python().is_none() {
+        tracing::warn!("--code-exec-allow-install: no python3 here, so pip installs will be refused");
+    }
+    if npm.is_none() {
+        tracing::warn!(
+            "--code-exec-allow-install: no npm in {}, so npm installs will be refused",
+            SEARCH_PATH.join(":")
+        );
+    }
+    Ok(InstallSettings {
+        allowed: true,
+        packages: install.packages.clone(),
+        python_index: install.python_index.clone(),
+        npm_registry: install.npm_registry.clone(),
+        proxy: Some(egress.url()),
+        npm,
+    })
 }
 
 /// SIGHUP (what `systemctl reload` sends): re-read the key files and
@@ -311,6 +360,9 @@ fn log_capabilities(config: &ServeConfig) {
     }
     if exec.code_network {
         tracing::warn!("capability: shell commands may use the host's network (--code-exec-allow-network)");
+        if exec.install.is_some() {
+            tracing::warn!("capability: with --code-exec-allow-network, --code-exec-packages and --code-exec-install-domains bound only the host's installer, not what commands can fetch themselves");
+        }
     }
     if exec.skills_network {
         tracing::warn!("capability: skill scripts may use the host's network (--skills-allow-network)");

@@ -220,6 +220,9 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
         ),
         false => None,
     };
+    // The environment a tool's command gets in that folder.
+    let interpreters = skillhost_actors::sandbox::interpreters::Interpreters::detect();
+    let env = skillhost_actors::sandbox::workspace_environment(&args.workspace, interpreters.python());
     let run = Run {
         profile: &args.profile,
         workspace: &args.workspace,
@@ -228,6 +231,7 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
         network: args.allow_network,
         unconfined: false,
         command: &command,
+        env: &env,
         timeout: Duration::MAX,
     };
     let status = launcher.command(&run).status().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;

@@ -27,6 +27,19 @@ const DEVICES_READ_WRITE: [&str; 1] = ["/dev/null"];
 const DEVICES_READ: [&str; 2] = ["/dev/zero", "/dev/urandom"];
 /// The environment a command sees; the server passes these values in.
 pub const PASSED_ENVIRONMENT: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
+/// What the helper sets itself, pointing into the working folder.
+const OWN_ENVIRONMENT: [&str; 6] = ["HOME", "PWD", "TMPDIR", "TEMP", "TMP", "PYTHONDONTWRITEBYTECODE"];
+
+/// `NAME=VALUE`, with a name a shell could export.
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!("'{name}' is not a variable name"));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
 
 #[derive(Debug, Args)]
 pub struct SandboxExecArgs {
@@ -57,6 +70,10 @@ pub struct SandboxExecArgs {
     /// A control group folder to join before dropping privileges (repeatable)
     #[arg(long = "cgroup")]
     pub cgroups: Vec<PathBuf>,
+    /// NAME=VALUE set in the command's environment (repeatable): the
+    /// workspace's package folders, proxies; set after everything else
+    #[arg(long = "env", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
     /// The command and its arguments
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -97,6 +114,9 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     drop(folder);
     let temp = workspace.join(".tmp");
     prepare_environment(&workspace, &temp);
+    for (name, value) in &args.env {
+        std::env::set_var(name, value);
+    }
     set_limits(&profile.limits)?;
     if let Some((uid, gid)) = owner {
         drop_privileges(uid, gid)?;
@@ -134,8 +154,11 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     if let Some(skill) = &args.skill {
         allow(Exception::Read(skill.clone()))?;
     }
-    for name in PASSED_ENVIRONMENT.iter().chain(&["HOME", "PWD", "TMPDIR", "PYTHONDONTWRITEBYTECODE"]) {
+    for name in PASSED_ENVIRONMENT.iter().chain(&OWN_ENVIRONMENT) {
         allow(Exception::Environment(name.to_string()))?;
+    }
+    for (name, _) in &args.env {
+        allow(Exception::Environment(name.clone()))?;
     }
     if args.allow_network {
         allow(Exception::Networking)?;
@@ -221,7 +244,10 @@ fn prepare_environment(workspace: &Path, temp: &Path) {
     }
     std::env::set_var("HOME", workspace);
     std::env::set_var("PWD", workspace);
-    std::env::set_var("TMPDIR", temp);
+    // Programs differ in which of the three they read.
+    for name in ["TMPDIR", "TEMP", "TMP"] {
+        std::env::set_var(name, temp);
+    }
     // Python keys its cached bytecode on the source's mtime in whole seconds
     // and its size, so a same-size edit within a second of the last run
     // would execute the old code. Writing no cache also keeps __pycache__

@@ -47,8 +47,9 @@ impl Default for ArtifactLimits {
 }
 
 /// Folders of a workspace that hold the server's and the helper's own
-/// bookkeeping; never collected.
-pub const PRIVATE: [&str; 2] = [".skillhost", ".tmp"];
+/// bookkeeping, and the packages the host installed there; never
+/// collected (a produced file is something the model made).
+pub const PRIVATE: [&str; 4] = [".skillhost", ".tmp", crate::sandbox::PYTHON_USER_BASE, crate::sandbox::NODE_MODULES];
 
 /// One stored file.
 #[derive(Debug, Clone, PartialEq, Eq)]

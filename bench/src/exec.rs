@@ -64,6 +64,7 @@ pub fn run() {
         network: false,
         unconfined: false,
         command: &command,
+        env: &[],
         timeout: Duration::from_secs(10),
     };
     let start = |mut command: Command| {

@@ -238,6 +238,24 @@ pub struct ServeArgs {
     /// Let shell commands use the network
     #[arg(long = "code-exec-allow-network", env = "SKILLHOST_CODE_EXEC_ALLOW_NETWORK")]
     pub code_exec_allow_network: bool,
+    /// Let the host perform the pip and npm installs a shell command asks for (wheels only, no package scripts, into the workspace)
+    #[arg(long = "code-exec-allow-install", env = "SKILLHOST_CODE_EXEC_ALLOW_INSTALL")]
+    pub code_exec_allow_install: bool,
+    /// The only packages the host installs, comma-separated [default: any name that passes the checks]
+    #[arg(long = "code-exec-packages", env = "SKILLHOST_CODE_EXEC_PACKAGES", value_delimiter = ',')]
+    pub code_exec_packages: Vec<String>,
+    /// The Python package index the host's installer uses [default: https://pypi.org/simple]
+    #[arg(long = "code-exec-install-index", env = "SKILLHOST_CODE_EXEC_INSTALL_INDEX")]
+    pub code_exec_install_index: Option<String>,
+    /// The npm registry the host's installer uses [default: https://registry.npmjs.org/]
+    #[arg(long = "code-exec-npm-registry", env = "SKILLHOST_CODE_EXEC_NPM_REGISTRY")]
+    pub code_exec_npm_registry: Option<String>,
+    /// The only hosts the installer may reach, comma-separated [default: pypi.org, files.pythonhosted.org, registry.npmjs.org and the hosts of the index and registry]
+    #[arg(long = "code-exec-install-domains", env = "SKILLHOST_CODE_EXEC_INSTALL_DOMAINS", value_delimiter = ',')]
+    pub code_exec_install_domains: Vec<String>,
+    /// The program that runs scripts of an extension, as EXT=PATH, or EXT= to remove one (repeatable) [default: .py the newest python3.N, .js/.mjs/.cjs node, .sh/.bash bash]
+    #[arg(long = "interpreter", env = "SKILLHOST_INTERPRETER", value_delimiter = ',')]
+    pub interpreter: Vec<String>,
     /// Run shell commands without the sandbox (never on a server untrusted users reach)
     #[arg(long = "code-exec-unconfined", env = "SKILLHOST_CODE_EXEC_UNCONFINED")]
     pub code_exec_unconfined: bool,
@@ -277,6 +295,10 @@ pub enum SandboxModeArg {
 pub struct ExecConfig {
     pub code_exec: bool,
     pub code_network: bool,
+    /// Host-run installs, when allowed.
+    pub install: Option<InstallConfig>,
+    /// `--interpreter` entries, applied to what the host has.
+    pub interpreters: Vec<String>,
     pub code_unconfined: bool,
     pub skills_network: bool,
     pub mode: SandboxModeArg,
@@ -294,6 +316,8 @@ impl Default for ExecConfig {
         ExecConfig {
             code_exec: false,
             code_network: false,
+            install: None,
+            interpreters: Vec::new(),
             code_unconfined: false,
             skills_network: false,
             mode: SandboxModeArg::Required,
@@ -302,6 +326,91 @@ impl Default for ExecConfig {
             workspace_dir: std::env::temp_dir(),
             workspace_max_bytes: DEFAULT_WORKSPACE_MAX_BYTES,
         }
+    }
+}
+
+/// How the host installs packages for the model, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallConfig {
+    pub packages: Vec<String>,
+    pub python_index: String,
+    pub npm_registry: String,
+    /// The hosts the install proxy lets the installer reach.
+    pub domains: Vec<String>,
+}
+
+/// The host of an http(s) URL, lowercase; an error sentence naming `flag`.
+fn url_host(url: &str, flag: &str) -> Result<String, ConfigError> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| ConfigError(format!("{flag} must be an http:// or https:// URL, got '{url}'")))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(ConfigError(format!(
+            "{flag} must not carry credentials: the URL reaches the installer's command line"
+        )));
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    if host.is_empty() {
+        return Err(ConfigError(format!("{flag} names no host: '{url}'")));
+    }
+    Ok(host.to_ascii_lowercase())
+}
+
+impl InstallConfig {
+    /// Checks the index, the registry and the hosts, and fills in the
+    /// defaults: the index's and registry's own hosts are always reachable
+    /// when no list is given, and must be on a list that is.
+    fn new(
+        packages: &[String],
+        index: Option<&str>,
+        registry: Option<&str>,
+        domains: &[String],
+    ) -> Result<InstallConfig, ConfigError> {
+        use skillhost_actors::tools::install::{
+            npm_spec, python_spec, DEFAULT_INSTALL_DOMAINS, DEFAULT_NPM_REGISTRY, DEFAULT_PYTHON_INDEX,
+        };
+        let python_index = index.unwrap_or(DEFAULT_PYTHON_INDEX).to_string();
+        let npm_registry = registry.unwrap_or(DEFAULT_NPM_REGISTRY).to_string();
+        let index_host = url_host(&python_index, "--code-exec-install-index")?;
+        let registry_host = url_host(&npm_registry, "--code-exec-npm-registry")?;
+        let mut hosts: Vec<String> = domains
+            .iter()
+            .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|d| !d.is_empty())
+            .collect();
+        for host in &hosts {
+            if host.contains(['/', ':', '@', ' ']) && !host.starts_with('[') {
+                return Err(ConfigError(format!("--code-exec-install-domains takes host names, got '{host}'")));
+            }
+        }
+        if hosts.is_empty() {
+            hosts = DEFAULT_INSTALL_DOMAINS.iter().map(|d| d.to_string()).collect();
+            hosts.extend([index_host, registry_host]);
+        } else {
+            for (host, flag) in
+                [(&index_host, "--code-exec-install-index"), (&registry_host, "--code-exec-npm-registry")]
+            {
+                if !hosts.contains(host) {
+                    return Err(ConfigError(format!(
+                        "{flag} is on {host}, which is not one of --code-exec-install-domains ({}); add it, or the installer could never reach it",
+                        hosts.join(", ")
+                    )));
+                }
+            }
+        }
+        hosts.sort();
+        hosts.dedup();
+        for name in packages {
+            if python_spec(name).is_err() && npm_spec(name).is_err() {
+                return Err(ConfigError(format!("--code-exec-packages: '{name}' is not a package name")));
+            }
+        }
+        Ok(InstallConfig { packages: packages.to_vec(), python_index, npm_registry, domains: hosts })
     }
 }
 
@@ -579,9 +688,25 @@ impl ServeArgs {
                 "--workspace-max-bytes must be at least {MIN_WORKSPACE_BYTES} (1 MiB), got {workspace_max_bytes}"
             )));
         }
+        let install = match self.code_exec_allow_install {
+            true if !code_exec => {
+                return Err(ConfigError(
+                    "--code-exec-allow-install needs --code-exec: installs are read out of shell commands".into(),
+                ))
+            }
+            true => Some(InstallConfig::new(
+                &self.code_exec_packages,
+                self.code_exec_install_index.as_deref(),
+                self.code_exec_npm_registry.as_deref(),
+                &self.code_exec_install_domains,
+            )?),
+            false => None,
+        };
         let exec = ExecConfig {
             code_exec,
             code_network: self.code_exec_allow_network,
+            install,
+            interpreters: self.interpreter.clone(),
             code_unconfined: self.code_exec_unconfined,
             skills_network: self.skills_allow_network,
             mode: self.skills_sandbox.unwrap_or(SandboxModeArg::Required),

@@ -18,6 +18,7 @@ use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
 use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::tools::install::InstallSettings;
 use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
@@ -61,6 +62,17 @@ async fn harness_settings(
     code_exec: bool,
     settings: LoopSettings,
 ) -> Harness {
+    harness_install(outputs, skills, code_exec, settings, None).await
+}
+
+/// [`harness_settings`], with the host's installer set up as given.
+async fn harness_install(
+    outputs: Vec<ScriptedOutput>,
+    skills: Option<PathBuf>,
+    code_exec: bool,
+    settings: LoopSettings,
+    install: Option<InstallSettings>,
+) -> Harness {
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
@@ -76,6 +88,9 @@ async fn harness_settings(
             shell_network: false,
             skills_network: false,
             gaps: None,
+            interpreters: Arc::new(skillhost_actors::sandbox::interpreters::Interpreters::detect()),
+            proxy_env: Vec::new(),
+            install: install.map(Arc::new),
         }),
         workspace_base: base.path().join("workspaces"),
         workspaces: WorkspaceOptions {
@@ -574,4 +589,227 @@ async fn a_failure_the_sandbox_caused_is_named_as_such() {
     // A plain bug is left to the model.
     let bug = last.split("assert 2 + 2 == 5").nth(1).unwrap();
     assert!(!bug.contains("the code is not at fault"), "{last}");
+}
+
+/// Serves the files under `root` over HTTP on 127.0.0.1 (a folder's
+/// `index.html` or `index.json`), one request per connection: the
+/// package index and npm registry of the install tests.
+async fn serve_folder(root: PathBuf) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let root = root.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head);
+                let path = text.split(' ').nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_string();
+                // A folder answers with its index page (pip) or document (npm).
+                let mut file = root.join(path.trim_start_matches('/'));
+                if file.is_dir() {
+                    file =
+                        ["index.html", "index.json"].iter().map(|n| file.join(n)).find(|f| f.exists()).unwrap_or(file);
+                }
+                let reply = match std::fs::read(&file).ok().filter(|_| !path.contains("..")) {
+                    Some(body) => {
+                        let kind = match file.extension().and_then(|e| e.to_str()) {
+                            Some("html") => "text/html",
+                            Some("json") => "application/json",
+                            _ => "application/octet-stream",
+                        };
+                        let mut reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        reply.extend(body);
+                        reply
+                    }
+                    None => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+                };
+                let _ = stream.write_all(&reply).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Zips `tests/packages/<folder>` into a wheel of `name` 1.0 under
+/// `index/simple/<name>/`, with the index pages pip reads.
+fn publish_wheel(index: &Path, folder: &str, name: &str) {
+    use std::io::Write;
+    let module = name.replace('-', "_");
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages").join(folder).join(&module);
+    let dist_info = format!("{module}-1.0.dist-info");
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&source)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (format!("{module}/{}", p.file_name().unwrap().to_string_lossy()), std::fs::read(&p).unwrap()))
+        .collect();
+    files.push((
+        format!("{dist_info}/METADATA"),
+        format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n").into_bytes(),
+    ));
+    files.push((
+        format!("{dist_info}/WHEEL"),
+        b"Wheel-Version: 1.0\nGenerator: skillhost-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec(),
+    ));
+    let mut record: String = files.iter().map(|(path, _)| format!("{path},,\n")).collect();
+    record.push_str(&format!("{dist_info}/RECORD,,\n"));
+    files.push((format!("{dist_info}/RECORD"), record.into_bytes()));
+    let folder = index.join("simple").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    let wheel = format!("{module}-1.0-py3-none-any.whl");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(folder.join(&wheel)).unwrap());
+    for (path, bytes) in files {
+        zip.start_file(path, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.write_all(&bytes).unwrap();
+    }
+    zip.finish().unwrap();
+    std::fs::write(folder.join("index.html"), format!("<a href=\"{wheel}\">{wheel}</a>\n")).unwrap();
+}
+
+/// Packs `tests/packages/skillhost-probe-js` with `npm pack` into a
+/// registry under `registry/`, as `base` will serve it.
+fn publish_npm(registry: &Path, base: &str) {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages/skillhost-probe-js");
+    let folder = registry.join("skillhost-probe-js/-");
+    std::fs::create_dir_all(&folder).unwrap();
+    let packed = Command::new("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(&folder)
+        .arg(&source)
+        .env("npm_config_cache", registry.join(".npm-cache"))
+        .output()
+        .expect("npm is installed for the install tests");
+    assert!(packed.status.success(), "npm pack: {}", String::from_utf8_lossy(&packed.stderr));
+    let tarball = "skillhost-probe-js-1.0.0.tgz";
+    let manifest: Value = serde_json::from_slice(&std::fs::read(source.join("package.json")).unwrap()).unwrap();
+    let packument = json!({
+        "name": "skillhost-probe-js",
+        "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": {
+            "name": "skillhost-probe-js",
+            "version": "1.0.0",
+            "main": manifest["main"],
+            "dist": {"tarball": format!("{base}/skillhost-probe-js/-/{tarball}")}
+        }}
+    });
+    // npm asks for /skillhost-probe-js: the folder's document.
+    std::fs::write(registry.join("skillhost-probe-js/index.json"), packument.to_string()).unwrap();
+}
+
+#[actix_web::test]
+async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
+    let packages = tempfile::tempdir().unwrap();
+    let index = packages.path().join("index");
+    publish_wheel(&index, "skillhost-probe", "skillhost-probe");
+    publish_wheel(&index, "skillhost-extra", "skillhost-extra");
+    let addr = serve_folder(packages.path().to_path_buf()).await;
+    publish_npm(&packages.path().join("npm"), &format!("http://{addr}/npm"));
+    std::fs::write(packages.path().join("requirements.txt"), "skillhost-probe\n").unwrap();
+    // The proxy lets the installer reach the test's own server and nothing else.
+    let egress = skillhost_actors::sandbox::egress::Egress::start(vec!["127.0.0.1".into()]).await.unwrap();
+    let interpreters = skillhost_actors::sandbox::interpreters::Interpreters::detect();
+    let install = InstallSettings {
+        allowed: true,
+        packages: Vec::new(),
+        python_index: format!("http://{addr}/index/simple"),
+        npm_registry: format!("http://{addr}/npm/"),
+        proxy: Some(egress.url()),
+        npm: skillhost_actors::sandbox::interpreters::SEARCH_PATH
+            .iter()
+            .map(|dir| Path::new(dir).join("npm"))
+            .find(|p| p.is_file()),
+    };
+    assert!(interpreters.python().is_some(), "the install test needs python3");
+    let outputs = vec![
+        call("shell", json!({"command": "echo \"$PYTHONUSERBASE|$NODE_PATH|$TMPDIR|$PATH\""})),
+        call(
+            "shell",
+            json!({"command": "pip install skillhost-probe 2>&1 | tail -1 && python -c 'import skillhost_probe; print(skillhost_probe.greet())'"}),
+        ),
+        call("shell", json!({"command": "python3 -c 'import skillhost_extra; print(skillhost_extra.VALUE)'"})),
+        call(
+            "shell",
+            json!({"command": "npm install skillhost-probe-js && node -e \"console.log(require('skillhost-probe-js').greet())\""}),
+        ),
+        call("shell", json!({"command": "pip install -i https://pypi.invalid/simple skillhost-probe && echo ran"})),
+        call("shell", json!({"command": "pip install skillhost-absent && echo ran"})),
+        call("shell", json!({"command": "python3 -c 'import skillhost_absent'"})),
+        "done".to_string(),
+    ];
+    let settings = LoopSettings { max_rounds: 24, ..LoopSettings::default() };
+    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
+    let harness = harness_install(outputs, None, true, settings, Some(install)).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Install and use the probes."}]});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response: Value = test::call_and_read_body_json(&app, request).await;
+    assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
+    // What the host installed is not something the model produced.
+    let artifacts = response["artifacts"].as_array().cloned().unwrap_or_default();
+    assert!(artifacts.is_empty(), "{artifacts:?}");
+    let last = harness.backend.prompts().pop().unwrap();
+    // The declaration says so, and names the interpreters.
+    assert!(last.contains("The host itself performs `pip install NAME`"), "{last}");
+    assert!(last.contains("On this host: Python 3."), "{last}");
+    let result = |marker: &str| {
+        let at = last.find(marker).unwrap_or_else(|| panic!("{marker} is not in {last}"));
+        last[at..].split("<|im_end|>").next().unwrap().to_string()
+    };
+    // The workspace's own folders come first and hold the packages.
+    let env = result("$ echo");
+    // (Paths inside the workspace come back relative to it.)
+    assert!(env.contains(".local|") && env.contains("/node_modules|") && env.contains("/.tmp|"), "{env}");
+    assert!(env.contains(".local/bin:node_modules/.bin:"), "{env}");
+    // An install, read out of the line and replaced by `true`: the rest ran offline.
+    let probe = result("$ pip install skillhost-probe 2>&1");
+    assert!(
+        probe.contains("[the host ran pip install skillhost-probe: Successfully installed skillhost-probe-1.0]"),
+        "{probe}"
+    );
+    assert!(probe.contains("hello from the probe") && probe.contains("[exit status 0]"), "{probe}");
+    // A missing import, installed and the same command run again in one call.
+    let extra = result("$ python3 -c 'import skillhost_extra");
+    assert!(extra.contains("skillhost_extra was missing, so the host installed skillhost_extra"), "{extra}");
+    assert!(extra.contains("the extra package is here") && extra.contains("[exit status 0]"), "{extra}");
+    let js = result("$ npm install skillhost-probe-js");
+    assert!(js.contains("[the host ran npm install skillhost-probe-js:"), "{js}");
+    assert!(js.contains("hello from the js probe") && js.contains("[exit status 0]"), "{js}");
+    // Refused by name, and nothing after it ran.
+    let other_index = result("$ pip install -i https://pypi.invalid");
+    assert!(other_index.contains("[not run] `pip install -i` changes where packages come from"), "{other_index}");
+    assert!(!other_index.contains("\nran"), "{other_index}");
+    let absent = result("$ pip install skillhost-absent");
+    assert!(absent.contains("the host's install failed, so nothing after it on the line ran"), "{absent}");
+    assert!(absent.contains("The index has no wheel of skillhost-absent"), "{absent}");
+    assert!(!absent.contains("\nran\n"), "{absent}");
+    let unfound = result("$ python3 -c 'import skillhost_absent'");
+    assert!(unfound.contains("the host's install of skillhost_absent failed"), "{unfound}");
+    assert!(unfound.contains("ModuleNotFoundError"), "the command's own output follows: {unfound}");
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(egress.stats().refused.load(Relaxed), 0, "the installer only asked for the test's server");
+    assert!(egress.stats().forwarded.load(Relaxed) >= 4);
+}
+
+#[actix_web::test]
+async fn with_installs_off_an_install_is_refused_in_one_sentence() {
+    let outputs = vec![call("shell", json!({"command": "pip install PyYAML && echo ran"})), "done".to_string()];
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Install it."}]});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let _: Value = test::call_and_read_body_json(&app, request).await;
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains("[not run] Installing packages is not enabled on this server (the operator can allow it with --code-exec-allow-install)"), "{last}");
+    assert!(!last.contains("\nran"), "{last}");
 }

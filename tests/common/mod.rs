@@ -62,6 +62,9 @@ pub async fn harness(setup: Setup) -> Harness {
         shell_network: false,
         skills_network: false,
         gaps: None,
+        interpreters: Arc::new(skillhost_actors::sandbox::interpreters::Interpreters::detect()),
+        proxy_env: Vec::new(),
+        install: None,
     });
     let (sandbox, _) = Actor::spawn(None, SandboxActor, settings).await.unwrap();
     let artifacts_dir = base.path().join("artifacts");

@@ -28,6 +28,22 @@ pub enum Purpose {
     Script,
     /// The parse of a file the model just wrote.
     SyntaxCheck,
+    /// A package install the host built from the model's request: confined
+    /// like a command (so the installer writes only the workspace), with
+    /// the network, which [`Job::env`] points at the install proxy.
+    Install,
+}
+
+impl Purpose {
+    /// Whether a run of this kind gets the network.
+    pub fn network(self, settings: &ExecSettings) -> bool {
+        match self {
+            Purpose::Shell => settings.shell_network,
+            Purpose::Script => settings.skills_network,
+            Purpose::SyntaxCheck => false,
+            Purpose::Install => true,
+        }
+    }
 }
 
 /// One command to run.
@@ -41,6 +57,8 @@ pub struct Job {
     /// A skill folder it may read.
     pub skill: Option<PathBuf>,
     pub command: Vec<String>,
+    /// Variables on top of the workspace's own environment.
+    pub env: Vec<(String, String)>,
     pub timeout: Duration,
 }
 
@@ -62,6 +80,9 @@ pub enum SandboxMsg {
     Run { job: Job, reply: RpcReplyPort<Result<Finished, String>> },
     /// Sent by a command's own task when it ended: forget its handle.
     Ended(u64),
+    /// Sent by a workspace actor before a call: how commands run here (the
+    /// interpreters, the installer), so the tools build the right command.
+    Settings(RpcReplyPort<Arc<ExecSettings>>),
 }
 
 pub struct SandboxState {
@@ -80,7 +101,8 @@ pub struct SandboxState {
 pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, Option<String>), String> {
     let by_choice = match purpose {
         Purpose::Shell | Purpose::SyntaxCheck => settings.shell_unconfined,
-        Purpose::Script => false,
+        // The installer runs as root would otherwise; it stays confined.
+        Purpose::Script | Purpose::Install => false,
     };
     if by_choice {
         return Ok((
@@ -145,11 +167,7 @@ impl Actor for SandboxActor {
                 state.next += 1;
                 let settings = Arc::clone(&state.settings);
                 let groups = Arc::clone(&state.groups);
-                let network = match job.purpose {
-                    Purpose::Shell => settings.shell_network,
-                    Purpose::Script => settings.skills_network,
-                    Purpose::SyntaxCheck => false,
-                };
+                let network = job.purpose.network(&settings);
                 let task = tokio::spawn(async move {
                     let record = |pgid| {
                         if let Ok(mut groups) = groups.lock() {
@@ -170,6 +188,9 @@ impl Actor for SandboxActor {
                 // The task has finished; removing its handle aborts nothing.
                 state.running.remove(&number);
             }
+            SandboxMsg::Settings(reply) => {
+                let _ = reply.send(Arc::clone(&state.settings));
+            }
         }
         Ok(())
     }
@@ -181,11 +202,16 @@ async fn run_job(
     unconfined: bool,
     started: impl FnOnce(i32),
 ) -> Result<Ran, String> {
-    let (profile, network) = match job.purpose {
-        Purpose::Shell => ("code-exec", settings.shell_network),
-        Purpose::Script => ("skills-run", settings.skills_network),
-        Purpose::SyntaxCheck => ("code-exec", false),
+    let profile = match job.purpose {
+        Purpose::Shell | Purpose::SyntaxCheck | Purpose::Install => "code-exec",
+        Purpose::Script => "skills-run",
     };
+    let network = job.purpose.network(settings);
+    let mut env = super::workspace_environment(&job.workspace, settings.interpreters.python());
+    if network && job.purpose != Purpose::Install {
+        env.extend(settings.proxy_env.iter().cloned());
+    }
+    env.extend(job.env.iter().cloned());
     let run = Run {
         profile,
         workspace: &job.workspace,
@@ -194,9 +220,18 @@ async fn run_job(
         network,
         unconfined,
         command: &job.command,
+        env: &env,
         timeout: job.timeout,
     };
     settings.launcher.run_with(&run, started).await.map_err(|err| format!("The command did not run: {err}."))
+}
+
+/// How commands run on a request's sandbox actor; `None` when it is gone.
+pub async fn settings(sandbox: &ActorRef<SandboxMsg>) -> Option<Arc<ExecSettings>> {
+    match sandbox.call(SandboxMsg::Settings, Some(Duration::from_secs(10))).await {
+        Ok(ractor::rpc::CallResult::Success(settings)) => Some(settings),
+        Ok(_) | Err(_) => None,
+    }
 }
 
 /// Runs a job on a request's sandbox actor and waits for its end.

@@ -40,6 +40,7 @@ pub async fn checks(launcher: &Launcher, scratch: &Path, owner: Option<(u32, u32
             network: false,
             unconfined: false,
             command: &command,
+            env: &[],
             timeout: Duration::from_secs(30),
         };
         let check = match launcher.run(&run).await {

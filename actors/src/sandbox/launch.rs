@@ -55,6 +55,8 @@ pub struct Run<'a> {
     pub network: bool,
     pub unconfined: bool,
     pub command: &'a [String],
+    /// Variables set for the command on top of the helper's own.
+    pub env: &'a [(String, String)],
     pub timeout: Duration,
 }
 
@@ -133,6 +135,9 @@ impl Launcher {
         }
         for dir in group.map(CommandGroup::dirs).unwrap_or_default() {
             command.arg("--cgroup").arg(dir);
+        }
+        for (name, value) in run.env {
+            command.arg("--env").arg(format!("{name}={value}"));
         }
         command.arg("--").args(run.command);
         // Nothing of the server's environment reaches a command but these.

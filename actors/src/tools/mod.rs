@@ -13,6 +13,7 @@ pub mod apply_patch;
 pub mod args;
 pub mod diagnosis;
 pub mod edit_file;
+pub mod install;
 pub mod read_file;
 pub mod shell;
 pub mod skills;
@@ -185,6 +186,8 @@ pub struct CodeContext<'a> {
     pub shell: &'a mut shell::ShellMemory,
     /// The request's sandbox actor; `None` where nothing may run.
     pub sandbox: Option<&'a ActorRef<SandboxMsg>>,
+    /// How commands run there: interpreters, the installer.
+    pub settings: Option<std::sync::Arc<crate::sandbox::ExecSettings>>,
 }
 
 /// A call for a workspace: a code tool with its arguments, or a skill

@@ -4,12 +4,12 @@
 //! folder and exports from one command to the next.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use skillhost_engine::ToolDef;
 
-use super::{args, Answer, CodeContext, ToolError};
+use super::{args, install, Answer, CodeContext, ToolError};
 use crate::sandbox::actor::{self, Finished, Job, Purpose};
 use crate::sandbox::launch::OUTPUT_CAP_BYTES;
 use crate::sandbox::ExecSettings;
@@ -41,6 +41,23 @@ pub fn declaration(settings: &ExecSettings) -> ToolDef {
         ),
         Err(_) => "Run a bash command in the working folder. This host cannot sandbox commands and the server runs none unsandboxed, so every call is refused: do without it.".to_string(),
     };
+    let mut description = description;
+    if actor::confinement(settings, Purpose::Shell).is_ok() {
+        match settings.install.as_deref().filter(|i| i.allowed) {
+            Some(install) if !install.packages.is_empty() => description.push_str(&format!(
+                " The host itself performs `pip install NAME` and `npm install NAME` in a command line (wheels only, no package scripts) before the rest runs, for these packages: {}.",
+                install.packages.join(", ")
+            )),
+            Some(_) => description.push_str(
+                " The host itself performs `pip install NAME` and `npm install NAME` in a command line (wheels only, no package scripts) before the rest runs.",
+            ),
+            None => description.push_str(" Packages cannot be installed here: use what is installed."),
+        }
+        if let Some(line) = settings.interpreters.host_line() {
+            description.push(' ');
+            description.push_str(&line);
+        }
+    }
     ToolDef {
         name: "shell".into(),
         description,
@@ -121,11 +138,13 @@ fn relative_to(path: &Path, base: &Path) -> String {
 }
 
 /// The script that runs one shell command inside the sandbox: restore the
-/// last command's working folder and exports, provide `python`, run, then
-/// save the state for the next command.
-fn wrap(command: &str) -> String {
+/// last command's working folder and exports, make `python` and `python3`
+/// the host's chosen Python (the one `.py` scripts and installs use), run,
+/// then save the state for the next command.
+fn wrap(command: &str, python: Option<&Path>) -> String {
+    let python = python.map_or("/usr/bin/python3".to_string(), |p| p.display().to_string());
     format!(
-        "mkdir -p \"$HOME/.skillhost/bin\" && ln -sf /usr/bin/python3 \"$HOME/.skillhost/bin/python\" 2>/dev/null\n\
+        "mkdir -p \"$HOME/.skillhost/bin\" && ln -sf '{python}' \"$HOME/.skillhost/bin/python\" 2>/dev/null && ln -sf '{python}' \"$HOME/.skillhost/bin/python3\" 2>/dev/null\n\
          export PATH=\"$HOME/.skillhost/bin:$PATH\"\n\
          [ -f \"$HOME/{SHELL_STATE}\" ] && . \"$HOME/{SHELL_STATE}\"\n\
          {{\n{command}\n}}\n\
@@ -197,7 +216,9 @@ pub(super) fn format_run(header: &str, finished: &Finished, root: &Path, cwd: &P
     text
 }
 
-/// `shell(command, timeout_ms)`.
+/// `shell(command, timeout_ms)`: installs the line asks for first (when the
+/// host performs installs), then the rest of the line; a missing import is
+/// installed and the same line run again, within the call's deadline.
 pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) -> Result<Answer, ToolError> {
     let command = args::text(arguments, &["command", "cmd"]).unwrap_or_default();
     if command.trim().is_empty() {
@@ -209,20 +230,143 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
     let timeout = Duration::from_millis(
         args::number(arguments, "timeout_ms").unwrap_or(SHELL_DEFAULT_TIMEOUT_MS).clamp(1000, SHELL_MAX_TIMEOUT_MS),
     );
+    let deadline = Instant::now() + timeout;
+    let settings = context.settings.clone();
+    let installer = settings.as_ref().and_then(|s| Installer::new(s));
+    let mut installed: Vec<String> = Vec::new();
+    let mut line = Some(command.clone());
+    if let Some(settings) = &settings {
+        let install = settings.install.as_deref();
+        let rules = install::Rules {
+            allowed: installer.is_some(),
+            network: settings.shell_network,
+            packages: install.map_or(&[], |i| i.packages.as_slice()),
+        };
+        let cwd = context.shell.cwd.clone().unwrap_or_default();
+        match install::read_line(&command, &rules, &cwd) {
+            install::Plan::Run => {}
+            install::Plan::Refused(why) => {
+                return Ok(Answer {
+                    text: format!("$ {command}\n[not run] {why}"),
+                    ok: false,
+                    detail: Some(command),
+                    ..Answer::default()
+                })
+            }
+            install::Plan::Install { requests, rest } => {
+                let Some(installer) = &installer else { unreachable!("installs are read only when allowed") };
+                for request in requests {
+                    match installer.perform(context, sandbox, request, deadline).await? {
+                        Ok(summary) => installed.push(summary),
+                        Err(failure) => {
+                            let text = format!("$ {command}\n{}{failure}", lines(&installed));
+                            return Ok(Answer { text, ok: false, detail: Some(command), ..Answer::default() });
+                        }
+                    }
+                }
+                line = rest;
+            }
+        }
+    }
+    let Some(line) = line else {
+        // The line was installs and nothing else.
+        let text = format!("$ {command}\n{}[exit status 0]", lines(&installed));
+        context.shell.last_failure = None;
+        return Ok(Answer { text, ok: true, detail: Some(command), ..Answer::default() });
+    };
+    // The state this line starts from, put back before running it again.
+    let start_state =
+        context.workspace.with_handle(|dir| dir.read(SHELL_STATE, SHELL_STATE_MAX_BYTES).ok()).await.flatten();
+    let mut missing_installed: Vec<String> = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let finished = actor::run(sandbox, shell_job(context, &line, left)).await.map_err(ToolError::Model)?;
+        let failed = !matches!(finished.ran.exit_code, Some(0)) && !finished.ran.timed_out;
+        let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
+        let missing = match (&installer, failed) {
+            (Some(_), true) => install::missing_package(&output),
+            _ => None,
+        };
+        let Some((ecosystem, module, package)) = missing else {
+            return Ok(finish(context, &command, &installed, finished, timeout).await);
+        };
+        let settings = settings.as_deref().and_then(|s| s.install.as_deref());
+        let request = install::Request::new(ecosystem, vec![package.clone()]);
+        let refusal = if missing_installed.contains(&package) {
+            Some(format!("[{module} is still missing after the host installed {package}: the import name may belong to another package; look it up rather than guessing again]"))
+        } else if missing_installed.len() >= install::MAX_AUTO_INSTALLS {
+            Some(format!("[{module} is missing too; the host installs at most {} missing packages in one call: install the rest by name]", install::MAX_AUTO_INSTALLS))
+        } else if Instant::now() + Duration::from_secs(2) >= deadline {
+            Some(format!("[{module} is missing; no time was left in this call to install it: install it by name]"))
+        } else {
+            install::check_allowed(&request, settings.map_or(&[], |s| s.packages.as_slice()))
+                .err()
+                .map(|why| format!("[{module} is missing, and the host did not install it: {why}]"))
+        };
+        if let Some(refusal) = refusal {
+            installed.push(refusal);
+            return Ok(finish(context, &command, &installed, finished, timeout).await);
+        }
+        let Some(installer) = &installer else {
+            unreachable!("missing packages are looked for only with an installer")
+        };
+        match installer.perform(context, sandbox, request, deadline).await? {
+            Ok(summary) => {
+                installed.push(format!(
+                    "[{module} was missing, so the host installed {package} ({summary}) and ran the command again]"
+                ));
+                missing_installed.push(package);
+            }
+            Err(failure) => {
+                installed.push(format!("[{module} was missing, and the host's install of {package} failed: the command's own output follows]\n{failure}"));
+                return Ok(finish(context, &command, &installed, finished, timeout).await);
+            }
+        }
+        // The same line again, from where it started.
+        let state = start_state.clone();
+        context
+            .workspace
+            .with_handle(move |dir| match state {
+                Some(bytes) => dir.stage(SHELL_STATE, &bytes).and_then(|staged| dir.commit(staged, true)),
+                None => dir.remove_file(SHELL_STATE).or(Ok(())),
+            })
+            .await;
+    }
+}
+
+/// Install notes, one per line.
+fn lines(notes: &[String]) -> String {
+    notes.iter().map(|n| format!("{n}\n")).collect()
+}
+
+fn shell_job(context: &CodeContext<'_>, line: &str, timeout: Duration) -> Job {
+    let python = context.settings.as_deref().and_then(|s| s.interpreters.python()).map(|p| p.path.clone());
+    Job {
+        purpose: Purpose::Shell,
+        workspace: context.workspace.path().to_path_buf(),
+        owner: context.workspace.owner(),
+        skill: None,
+        command: vec!["/bin/bash".into(), "-c".into(), wrap(line, python.as_deref())],
+        env: Vec::new(),
+        timeout,
+    }
+}
+
+/// The result of the line's last run: its output, status and the notes on
+/// what the sandbox caused, repeats and the shell's state; `timeout` is the
+/// call's, which a killed command is said to have run into.
+async fn finish(
+    context: &mut CodeContext<'_>,
+    command: &str,
+    installed: &[String],
+    finished: Finished,
+    timeout: Duration,
+) -> Answer {
     let root = context.workspace.path().to_path_buf();
     let cwd = match &context.shell.cwd {
         Some(relative) if !relative.is_empty() => root.join(relative),
         _ => root.clone(),
     };
-    let job = Job {
-        purpose: Purpose::Shell,
-        workspace: root.clone(),
-        owner: context.workspace.owner(),
-        skill: None,
-        command: vec!["/bin/bash".into(), "-c".into(), wrap(&command)],
-        timeout,
-    };
-    let finished = actor::run(sandbox, job).await.map_err(ToolError::Model)?;
     // Read back through the handle on the workspace's thread: a link, a
     // FIFO or a huge file at the state's name is refused, not followed.
     let state = context
@@ -237,17 +381,17 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
     context.shell.had_state = state.is_some();
     context.shell.cwd = after;
     let ran = &finished.ran;
-    let mut text = format_run(&format!("$ {command}"), &finished, &root, &cwd, timeout);
+    let mut text = format_run(format!("$ {command}\n{}", lines(installed)).trim_end(), &finished, &root, &cwd, timeout);
     let ok = match ran.exit_code {
         Some(0) => {
             text.push_str("[exit status 0]\n");
             context.shell.last_failure = None;
             true
         }
-        Some(1) if benign_exit_one(&command) => {
+        Some(1) if benign_exit_one(command) => {
             text.push_str(&format!(
                 "[exit status 1: {} found nothing or the inputs differ; that is an answer, not an error]\n",
-                first_program(&command)
+                first_program(command)
             ));
             true
         }
@@ -260,7 +404,7 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
     if !ok {
         let output = format!("{}{}", ran.stdout, ran.stderr);
         let count = match &context.shell.last_failure {
-            Some((last_command, last_output, count)) if *last_command == command && *last_output == output => count + 1,
+            Some((last_command, last_output, count)) if last_command == command && *last_output == output => count + 1,
             _ => 1,
         };
         // A failure the sandbox caused is named as such, so the model does
@@ -269,7 +413,7 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
             text.push_str(&note);
             text.push('\n');
         }
-        context.shell.last_failure = Some((command.clone(), output, count));
+        context.shell.last_failure = Some((command.to_string(), output, count));
         if count > 1 {
             text.push_str(&format!(
                 "This exact command has now failed the same way {count} times; change the command or the files before running it again.\n"
@@ -284,7 +428,130 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
         text.push_str(gaps);
         text.push('\n');
     }
-    Ok(Answer { text: text.trim_end().to_string(), ok, detail: Some(command), ..Answer::default() })
+    Answer { text: text.trim_end().to_string(), ok, detail: Some(command.to_string()), ..Answer::default() }
+}
+
+/// The host's installer for one workspace: what it runs, with what.
+pub(super) struct Installer {
+    settings: std::sync::Arc<install::InstallSettings>,
+    python: Option<std::path::PathBuf>,
+}
+
+impl Installer {
+    /// `None` when installs are off on this server.
+    pub(super) fn new(settings: &ExecSettings) -> Option<Installer> {
+        let install = settings.install.as_ref().filter(|i| i.allowed)?;
+        Some(Installer {
+            settings: std::sync::Arc::clone(install),
+            python: settings.interpreters.python().map(|p| p.path.clone()),
+        })
+    }
+
+    /// Performs one install: requirements files read through the handle
+    /// and checked, then the installer run confined in the workspace.
+    /// `Ok(Ok(summary))` when it installed, `Ok(Err(text))` when it did not.
+    pub(super) async fn perform(
+        &self,
+        context: &CodeContext<'_>,
+        sandbox: &ractor::ActorRef<crate::sandbox::actor::SandboxMsg>,
+        mut request: install::Request,
+        deadline: Instant,
+    ) -> Result<Result<String, String>, ToolError> {
+        for name in std::mem::take(&mut request.requirements) {
+            let relative = match requirements_path(&request.cwd, &name, context.workspace.path()) {
+                Some(relative) => relative,
+                None => {
+                    return Ok(Err(format!(
+                        "[not run] The requirements file {name} is outside the working folder; the host reads only files inside it."
+                    )))
+                }
+            };
+            let shown = relative.clone();
+            let read = context
+                .workspace
+                .with_handle(move |dir| dir.read(&relative, install::MAX_REQUIREMENTS_BYTES))
+                .await
+                .ok_or_else(ToolError::workspace_gone)?;
+            let text = match read {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(err) => return Ok(Err(format!("[not run] {}", args::sentence(&err.to_string())))),
+            };
+            match install::read_requirements(&shown, &text) {
+                Ok(specs) => request.specs.extend(specs),
+                Err(why) => return Ok(Err(format!("[not run] {why}"))),
+            }
+        }
+        if let Err(why) = install::check_allowed(&request, &self.settings.packages) {
+            return Ok(Err(format!("[not run] {why}")));
+        }
+        let work = context.workspace.path();
+        let program = match request.ecosystem {
+            install::Ecosystem::Python => self.python.clone(),
+            install::Ecosystem::Node => self.settings.npm.clone(),
+        };
+        let Some(program) = program else {
+            return Ok(Err(format!(
+                "[not run] This host has no {} for the installer to run.",
+                match request.ecosystem {
+                    install::Ecosystem::Python => "Python",
+                    install::Ecosystem::Node => "npm",
+                }
+            )));
+        };
+        let argv = install::argv(&request, &self.settings, &program, work);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_secs(1) {
+            return Ok(
+                Err("[not run] No time was left in this call for the install: pass a larger timeout_ms.".into()),
+            );
+        }
+        let job = Job {
+            purpose: Purpose::Install,
+            workspace: work.to_path_buf(),
+            owner: context.workspace.owner(),
+            skill: None,
+            command: argv,
+            env: install::environment(&self.settings),
+            timeout: left,
+        };
+        let finished = actor::run(sandbox, job).await.map_err(ToolError::Model)?;
+        let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
+        let output = relative_paths(&output, work, work);
+        if finished.ran.exit_code == Some(0) {
+            let summary = install::summary(request.ecosystem, &output);
+            Ok(Ok(format!(
+                "[the host ran {} install {}: {summary}]",
+                request.ecosystem.tool(),
+                request.specs.join(" ")
+            )))
+        } else if finished.ran.timed_out {
+            Ok(Err(format!(
+                "[the host's install of {} did not finish before the call's deadline, so nothing after it ran: pass a larger timeout_ms]",
+                request.specs.join(" ")
+            )))
+        } else {
+            Ok(Err(install::failure(request.ecosystem, &request.specs, &output)))
+        }
+    }
+}
+
+/// A requirements file's path relative to the workspace: `name` as the
+/// line named it from `cwd`; an absolute path counts only inside `root`.
+fn requirements_path(cwd: &str, name: &str, root: &Path) -> Option<String> {
+    let path = Path::new(name);
+    let joined =
+        if path.is_absolute() { path.strip_prefix(root).ok()?.to_path_buf() } else { Path::new(cwd).join(path) };
+    let mut parts: Vec<String> = Vec::new();
+    for part in joined.components() {
+        match part {
+            std::path::Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+            std::path::Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => {}
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 #[cfg(test)]
@@ -302,6 +569,9 @@ pub(crate) mod tests {
             shell_network: false,
             skills_network: false,
             gaps: None,
+            interpreters: Default::default(),
+            proxy_env: Vec::new(),
+            install: None,
         }
     }
 
@@ -334,6 +604,18 @@ pub(crate) mod tests {
         assert!(says(missing()).contains("every call is refused"));
         let preferred = ExecSettings { mode: SandboxMode::Preferred, ..missing() };
         assert!(says(preferred).contains("not sandboxed"));
+        assert!(says(settings()).contains("Packages cannot be installed here"));
+        let allowed = |packages: Vec<String>| ExecSettings {
+            install: Some(std::sync::Arc::new(install::InstallSettings {
+                allowed: true,
+                packages,
+                ..Default::default()
+            })),
+            ..settings()
+        };
+        assert!(says(allowed(Vec::new())).contains("The host itself performs `pip install NAME`"));
+        assert!(says(allowed(vec!["PyYAML".into()])).contains("for these packages: PyYAML."));
+        assert!(!says(missing()).contains("pip install"), "a refused shell promises nothing");
     }
 
     #[test]

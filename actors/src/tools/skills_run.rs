@@ -100,8 +100,9 @@ pub fn prepare(context: &ToolContext, call: &ToolCall) -> Result<ScriptCall, Box
     Ok(ScriptCall { skill: Arc::clone(skill), path, args: script_args })
 }
 
-/// The interpreter for a script, chosen by its extension and never by its
-/// first line.
+/// The interpreter a script would get from the default table, chosen by
+/// its extension and never by its first line (the running server's table
+/// is `ExecSettings::interpreters`).
 pub fn interpreter(script: &str) -> Option<&'static str> {
     match script.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase())?.as_str() {
         "py" => Some("/usr/bin/python3"),
@@ -115,10 +116,16 @@ pub fn interpreter(script: &str) -> Option<&'static str> {
 /// (no shell parses the arguments), the skill folder read-only.
 pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<Answer, ToolError> {
     let path = &script.path;
-    let Some(program) = interpreter(path) else {
-        return Err(ToolError::Model(format!(
-            "'{path}' is not a script skills_run can run; it runs .py (python3), .js and .mjs (node), .sh and .bash (bash)."
-        )));
+    // The operator's table (`--interpreter`), as found at start-up.
+    let table = context.settings.as_deref().map(|s| &*s.interpreters);
+    let program = match table {
+        Some(table) => table.for_script(path).map(|p| p.display().to_string()),
+        None => interpreter(path).map(str::to_string),
+    };
+    let Some(program) = program else {
+        let runs = table
+            .map_or_else(|| ".py (python3), .js and .mjs (node), .sh and .bash (bash)".to_string(), |t| t.describe());
+        return Err(ToolError::Model(format!("'{path}' is not a script skills_run can run; it runs {runs}.")));
     };
     let Some(sandbox) = context.sandbox else {
         return Err(ToolError::Model("Scripts cannot run on this server.".into()));
@@ -133,6 +140,7 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
         owner: context.workspace.owner(),
         skill: Some(skill_root.clone()),
         command,
+        env: Vec::new(),
         timeout: SKILLS_RUN_TIMEOUT,
     };
     let finished = actor::run(sandbox, job)

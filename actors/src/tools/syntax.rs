@@ -46,12 +46,18 @@ pub async fn check(context: &CodeContext<'_>, path: &str) -> Option<String> {
         parsed
     } else {
         let (program, arguments) = parser(path)?;
-        if !Path::new(program).exists() {
+        // Python parses with the Python that will run the file.
+        let python = context.settings.as_deref().and_then(|s| s.interpreters.python()).map(|p| p.path.clone());
+        let program = match python {
+            Some(python) if program.ends_with("python3") => python.display().to_string(),
+            _ => program.to_string(),
+        };
+        if !Path::new(&program).exists() {
             return None;
         }
         let sandbox = context.sandbox?;
         let mut command: Vec<String> =
-            std::iter::once(program).chain(arguments.iter().copied()).map(String::from).collect();
+            std::iter::once(program.as_str()).chain(arguments.iter().copied()).map(String::from).collect();
         command.push(path.to_string());
         let job = Job {
             purpose: Purpose::SyntaxCheck,
@@ -59,6 +65,7 @@ pub async fn check(context: &CodeContext<'_>, path: &str) -> Option<String> {
             owner: context.workspace.owner(),
             skill: None,
             command,
+            env: Vec::new(),
             timeout: SYNTAX_CHECK_TIMEOUT,
         };
         let finished = actor::run(sandbox, job).await.ok()?;

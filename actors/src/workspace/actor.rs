@@ -112,7 +112,11 @@ async fn answer(
     // A second of slack: file times have coarse granularity on some
     // filesystems, and a file written just before counts as produced.
     let since = SystemTime::now() - Duration::from_secs(1);
-    let mut context = CodeContext { workspace, shell, sandbox };
+    let settings = match sandbox {
+        Some(sandbox) => crate::sandbox::actor::settings(sandbox).await,
+        None => None,
+    };
+    let mut context = CodeContext { workspace, shell, sandbox, settings };
     let mut answer = tools::answer_code(&mut context, call).await?;
     if let (true, Some(target)) = (writes, artifacts) {
         let changed = workspace.with_handle(move |dir| dir.changed_files(since, &PRIVATE)).await.unwrap_or_default();

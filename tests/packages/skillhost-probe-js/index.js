@@ -1,0 +1,1 @@
+exports.greet = () => "hello from the js probe";

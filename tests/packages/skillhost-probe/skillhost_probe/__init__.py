@@ -1,0 +1,5 @@
+"""A package the install tests install from a local index."""
+
+
+def greet():
+    return "hello from the probe"
