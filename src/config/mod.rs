@@ -1277,6 +1277,57 @@ skills-watch: true
     }
 
     #[test]
+    fn installs_need_code_exec_and_an_index_the_installer_can_reach() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let model = model.to_string_lossy();
+        let base = ["--no-skills", "--model", &model];
+        let with = |extra: &[&str]| from_args(&[&base[..], extra].concat());
+        assert_eq!(with(&[]).unwrap().exec.install, None, "off by default");
+        let err = with(&["--code-exec-allow-install"]).unwrap_err().0;
+        assert!(err.contains("needs --code-exec"), "{err}");
+        let install = with(&["--code-exec", "--code-exec-allow-install"]).unwrap().exec.install.unwrap();
+        assert_eq!(install.python_index, "https://pypi.org/simple");
+        assert_eq!(install.domains, ["files.pythonhosted.org", "pypi.org", "registry.npmjs.org"]);
+        // A local index: its host joins the defaults when no list is given,
+        // and must be on a list that is.
+        let local =
+            ["--code-exec", "--code-exec-allow-install", "--code-exec-install-index", "http://127.0.0.1:8080/simple"];
+        assert!(with(&local).unwrap().exec.install.unwrap().domains.contains(&"127.0.0.1".to_string()));
+        let err = with(&[&local[..], &["--code-exec-install-domains", "pypi.org,registry.npmjs.org"]].concat())
+            .unwrap_err()
+            .0;
+        assert!(err.contains("--code-exec-install-index is on 127.0.0.1, which is not one of"), "{err}");
+        let listed = with(
+            &[
+                &local[..],
+                &[
+                    "--code-exec-install-domains",
+                    "127.0.0.1,registry.npmjs.org",
+                    "--code-exec-packages",
+                    "PyYAML,left-pad",
+                ],
+            ]
+            .concat(),
+        );
+        let listed = listed.unwrap().exec.install.unwrap();
+        assert_eq!(
+            (listed.domains, listed.packages),
+            (vec!["127.0.0.1".to_string(), "registry.npmjs.org".into()], vec!["PyYAML".to_string(), "left-pad".into()])
+        );
+        for (extra, why) in [
+            (["--code-exec-install-index", "ftp://mirror/simple"], "must be an http:// or https:// URL"),
+            (["--code-exec-install-index", "https://user:secret@mirror/simple"], "must not carry credentials"),
+            (["--code-exec-npm-registry", "https:///"], "names no host"),
+            (["--code-exec-install-domains", "https://pypi.org"], "takes host names"),
+            (["--code-exec-packages", "../evil"], "is not a package name"),
+        ] {
+            let err = with(&[&["--code-exec", "--code-exec-allow-install"][..], &extra].concat()).unwrap_err().0;
+            assert!(err.contains(why), "{extra:?}: {err}");
+        }
+    }
+
+    #[test]
     fn a_non_loopback_address_needs_a_key_or_the_opt_out() {
         let dir = dir();
         let model = write(dir.path(), "m.gguf", "");
