@@ -130,6 +130,14 @@ async fn harness_install(
     Harness { state, backend, base }
 }
 
+/// One non-streamed chat request of `content` to the harness's server.
+async fn ask(harness: &Harness, content: &str) -> Value {
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": content}]});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    test::call_and_read_body_json(&app, request).await
+}
+
 fn workspaces(base: &Path) -> usize {
     std::fs::read_dir(base.join("workspaces")).unwrap().count()
 }
@@ -575,10 +583,7 @@ async fn a_failure_the_sandbox_caused_is_named_as_such() {
         "done".to_string(),
     ];
     let harness = harness(outputs).await;
-    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
-    let body = json!({"messages": [{"role": "user", "content": "Try it."}]});
-    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
-    let _: Value = test::call_and_read_body_json(&app, request).await;
+    ask(&harness, "Try it.").await;
     if Path::new(outside).exists() {
         let _ = std::fs::remove_file(outside);
         panic!("the sandbox let a command write {outside}");
@@ -750,10 +755,7 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
     let settings = LoopSettings { max_rounds: 24, ..LoopSettings::default() };
     let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
     let harness = harness_install(outputs, None, true, settings, Some(install)).await;
-    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
-    let body = json!({"messages": [{"role": "user", "content": "Install and use the probes."}]});
-    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
-    let response: Value = test::call_and_read_body_json(&app, request).await;
+    let response = ask(&harness, "Install and use the probes.").await;
     assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
     // What the host installed is not something the model produced.
     let artifacts = response["artifacts"].as_array().cloned().unwrap_or_default();
@@ -805,11 +807,41 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
 async fn with_installs_off_an_install_is_refused_in_one_sentence() {
     let outputs = vec![call("shell", json!({"command": "pip install PyYAML && echo ran"})), "done".to_string()];
     let harness = harness(outputs).await;
-    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
-    let body = json!({"messages": [{"role": "user", "content": "Install it."}]});
-    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
-    let _: Value = test::call_and_read_body_json(&app, request).await;
+    ask(&harness, "Install it.").await;
     let last = harness.backend.prompts().pop().unwrap();
     assert!(last.contains("[not run] Installing packages is not enabled on this server (the operator can allow it with --code-exec-allow-install)"), "{last}");
     assert!(!last.contains("\nran"), "{last}");
+}
+
+#[actix_web::test]
+async fn a_failure_of_the_code_shows_the_failing_lines_and_the_names_a_module_really_has() {
+    let outputs = vec![
+        call(
+            "write_file",
+            json!({"path": "lib/calc.py", "content": "def ratio(a, b):\n    total = a + b\n    return a / (b - b)\n"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": "main.py", "content": "import sys\nsys.path.insert(0, 'lib')\nfrom calc import ratio\nprint(ratio(1, 2))\n"}),
+        ),
+        call("shell", json!({"command": "python main.py"})),
+        call(
+            "write_file",
+            json!({"path": "shapes.py", "content": "def area_of_circle(r):\n    return 3.14 * r * r\n\ndef area_of_square(s):\n    return s * s\n"}),
+        ),
+        call("shell", json!({"command": "python -c 'import shapes; print(shapes.area_of_circl(2))'"})),
+        "done".to_string(),
+    ];
+    let harness = harness(outputs).await;
+    ask(&harness, "Run it.").await;
+    let last = harness.backend.prompts().pop().unwrap();
+    // The innermost frame in the workspace, numbered, the failing line marked.
+    assert!(last.contains("ZeroDivisionError"), "{last}");
+    assert!(last.contains("[lib/calc.py, around line 3:]\n 1 | def ratio(a, b):\n 2 |     total = a + b\n>3 |     return a / (b - b)\nFix it with the smallest exact edit"), "{last}");
+    // A guessed name: the module's real ones, read by a probe in the sandbox.
+    assert!(last.contains("[shapes has no area_of_circl. Did you mean: area_of_circle"), "{last}");
+    assert!(
+        last.contains("Its public names, read from the installed module: area_of_circle, area_of_square]"),
+        "{last}"
+    );
 }

@@ -28,6 +28,9 @@ pub enum Purpose {
     Script,
     /// The parse of a file the model just wrote.
     SyntaxCheck,
+    /// A look the host takes at the model's environment (the public names
+    /// of a module the code imported): confined and offline like a command.
+    Probe,
     /// A package install the host built from the model's request: confined
     /// like a command (so the installer writes only the workspace), with
     /// the network, which [`Job::env`] points at the install proxy.
@@ -40,7 +43,7 @@ impl Purpose {
         match self {
             Purpose::Shell => settings.shell_network,
             Purpose::Script => settings.skills_network,
-            Purpose::SyntaxCheck => false,
+            Purpose::SyntaxCheck | Purpose::Probe => false,
             Purpose::Install => true,
         }
     }
@@ -100,7 +103,7 @@ pub struct SandboxState {
 /// gaps))`, or the refusal the model reads.
 pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, Option<String>), String> {
     let by_choice = match purpose {
-        Purpose::Shell | Purpose::SyntaxCheck => settings.shell_unconfined,
+        Purpose::Shell | Purpose::SyntaxCheck | Purpose::Probe => settings.shell_unconfined,
         // The installer runs as root would otherwise; it stays confined.
         Purpose::Script | Purpose::Install => false,
     };
@@ -203,7 +206,7 @@ async fn run_job(
     started: impl FnOnce(i32),
 ) -> Result<Ran, String> {
     let profile = match job.purpose {
-        Purpose::Shell | Purpose::SyntaxCheck | Purpose::Install => "code-exec",
+        Purpose::Shell | Purpose::SyntaxCheck | Purpose::Probe | Purpose::Install => "code-exec",
         Purpose::Script => "skills-run",
     };
     let network = job.purpose.network(settings);

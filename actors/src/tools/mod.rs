@@ -15,6 +15,7 @@ pub mod diagnosis;
 pub mod edit_file;
 pub mod install;
 pub mod read_file;
+pub mod recovery;
 pub mod shell;
 pub mod skills;
 pub mod skills_list;

@@ -408,10 +408,19 @@ async fn finish(
             _ => 1,
         };
         // A failure the sandbox caused is named as such, so the model does
-        // not "fix" correct code.
-        if let Some(note) = super::diagnosis::environment_note(&output, finished.network, &root) {
-            text.push_str(&note);
-            text.push('\n');
+        // not "fix" correct code; otherwise the code's own failure gets the
+        // facts the next edit needs.
+        match super::diagnosis::environment_note(&output, finished.network, &root) {
+            Some(note) => {
+                text.push_str(&note);
+                text.push('\n');
+            }
+            None => {
+                for note in code_notes(context, &output, &root, &cwd).await {
+                    text.push_str(&note);
+                    text.push('\n');
+                }
+            }
         }
         context.shell.last_failure = Some((command.to_string(), output, count));
         if count > 1 {
@@ -429,6 +438,69 @@ async fn finish(
         text.push('\n');
     }
     Answer { text: text.trim_end().to_string(), ok, detail: Some(command.to_string()), ..Answer::default() }
+}
+
+/// What a failure of the model's own code gets: the real public names of a
+/// module it guessed a name of (read by a probe in the sandbox), and the
+/// numbered lines of the workspace file it failed in.
+async fn code_notes(context: &CodeContext<'_>, output: &str, root: &Path, cwd: &Path) -> Vec<String> {
+    use super::recovery;
+    let mut notes = Vec::new();
+    if let Some(wrong) = recovery::wrong_name(output) {
+        if let Some(names) = probe_names(context, &wrong.module).await {
+            notes.push(recovery::did_you_mean(&wrong, &names));
+        }
+    }
+    if let Some(location) = recovery::failing_location(output, root, cwd) {
+        let path = location.path.clone();
+        // Through the handle: the path came out of the command's output, so
+        // a link or special file there is refused, not followed.
+        let text = context
+            .workspace
+            .with_handle(move |dir| dir.read(&path, recovery::SNIPPET_FILE_MAX_BYTES).ok())
+            .await
+            .flatten()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+        if let Some(lines) = text.as_deref().and_then(|text| recovery::snippet(text, location.line)) {
+            notes.push(format!(
+                "[{}, around line {}:]\n{lines}Fix it with the smallest exact edit (apply_patch, with these lines as its context) rather than rewriting the file.",
+                location.path, location.line
+            ));
+        }
+    }
+    notes
+}
+
+/// How long the probe that lists a module's names may run.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The public names of `module` as the workspace's Python imports it, read
+/// by a probe in the sandbox; `None` when it cannot be imported there.
+async fn probe_names(context: &CodeContext<'_>, module: &str) -> Option<Vec<String>> {
+    let sandbox = context.sandbox?;
+    let python = context.settings.as_deref()?.interpreters.python()?.path.display().to_string();
+    let job = Job {
+        purpose: Purpose::Probe,
+        workspace: context.workspace.path().to_path_buf(),
+        owner: context.workspace.owner(),
+        skill: None,
+        command: vec![python, "-c".into(), super::recovery::PROBE_SCRIPT.into(), module.to_string()],
+        env: Vec::new(),
+        timeout: PROBE_TIMEOUT,
+    };
+    let finished = actor::run(sandbox, job).await.ok()?;
+    if finished.ran.exit_code != Some(0) {
+        return None;
+    }
+    let names: Vec<String> = finished
+        .ran
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        .map(str::to_string)
+        .collect();
+    (!names.is_empty()).then_some(names)
 }
 
 /// The host's installer for one workspace: what it runs, with what.
@@ -538,20 +610,7 @@ impl Installer {
 /// A requirements file's path relative to the workspace: `name` as the
 /// line named it from `cwd`; an absolute path counts only inside `root`.
 fn requirements_path(cwd: &str, name: &str, root: &Path) -> Option<String> {
-    let path = Path::new(name);
-    let joined =
-        if path.is_absolute() { path.strip_prefix(root).ok()?.to_path_buf() } else { Path::new(cwd).join(path) };
-    let mut parts: Vec<String> = Vec::new();
-    for part in joined.components() {
-        match part {
-            std::path::Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
-            std::path::Component::ParentDir => {
-                parts.pop()?;
-            }
-            _ => {}
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
+    super::recovery::inside(name, root, &root.join(cwd))
 }
 
 #[cfg(test)]
