@@ -62,16 +62,17 @@ async fn harness_settings(
     code_exec: bool,
     settings: LoopSettings,
 ) -> Harness {
-    harness_install(outputs, skills, code_exec, settings, None).await
+    harness_exec(outputs, skills, code_exec, settings, |_| {}).await
 }
 
-/// [`harness_settings`], with the host's installer set up as given.
-async fn harness_install(
+/// [`harness_settings`], with the way commands run changed by `tweak` (the
+/// installer, the network grants).
+async fn harness_exec(
     outputs: Vec<ScriptedOutput>,
     skills: Option<PathBuf>,
     code_exec: bool,
     settings: LoopSettings,
-    install: Option<InstallSettings>,
+    tweak: impl FnOnce(&mut ExecSettings),
 ) -> Harness {
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -79,19 +80,11 @@ async fn harness_install(
     let launcher = Launcher { helper: helper(), profile_dir: profiles, cgroups: None };
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
+    let mut exec_settings =
+        ExecSettings::confined(launcher, skillhost_actors::sandbox::interpreters::Interpreters::detect());
+    tweak(&mut exec_settings);
     let exec = ExecRuntime {
-        settings: Arc::new(ExecSettings {
-            launcher,
-            mode: SandboxMode::Required,
-            unavailable: None,
-            shell_unconfined: false,
-            shell_network: false,
-            skills_network: false,
-            gaps: None,
-            interpreters: Arc::new(skillhost_actors::sandbox::interpreters::Interpreters::detect()),
-            proxy_env: Vec::new(),
-            install: install.map(Arc::new),
-        }),
+        settings: Arc::new(exec_settings),
         workspace_base: base.path().join("workspaces"),
         workspaces: WorkspaceOptions {
             uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
@@ -754,7 +747,7 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
     ];
     let settings = LoopSettings { max_rounds: 24, ..LoopSettings::default() };
     let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
-    let harness = harness_install(outputs, None, true, settings, Some(install)).await;
+    let harness = harness_exec(outputs, None, true, settings, |exec| exec.install = Some(Arc::new(install))).await;
     let response = ask(&harness, "Install and use the probes.").await;
     assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
     // What the host installed is not something the model produced.
@@ -844,4 +837,65 @@ async fn a_failure_of_the_code_shows_the_failing_lines_and_the_names_a_module_re
         last.contains("Its public names, read from the installed module: area_of_circle, area_of_square]"),
         "{last}"
     );
+}
+
+/// A skill whose script reports what it sees of the shell's setup.
+fn env_skill(base: &Path) -> PathBuf {
+    let skills = base.join("skills");
+    let skill = skills.join("show-env");
+    std::fs::create_dir_all(skill.join("scripts")).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: show-env\ndescription: Shows its environment.\n---\nRun scripts/env.py.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        skill.join("scripts/env.py"),
+        "import os\nprint('FROM_SHELL=' + os.environ.get('FROM_SHELL', 'unset'))\n",
+    )
+    .unwrap();
+    for dir in [&skills, &skill, &skill.join("scripts")] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    skills
+}
+
+#[actix_web::test]
+async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks() {
+    let python = skillhost_actors::sandbox::interpreters::Interpreters::detect().python().unwrap().version.clone();
+    // The model plants code Python runs at start-up in the workspace's user
+    // site, and exports a variable.
+    let plant = format!(
+        "export FROM_SHELL=yes; mkdir -p .local/lib/python{python}/site-packages && echo \"print('PLANTED CODE RAN')\" > .local/lib/python{python}/site-packages/usercustomize.py"
+    );
+    let outputs = || {
+        vec![
+            call("shell", json!({"command": plant})),
+            call("skills_run", json!({"skill": "show-env", "path": "scripts/env.py"})),
+            "done".to_string(),
+        ]
+        .into_iter()
+        .map(ScriptedOutput::from)
+        .collect()
+    };
+    let skills_base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let skills = env_skill(skills_base.path());
+    let settings = || LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
+    // Same network as the shell: the same environment, exports included.
+    let harness = harness_exec(outputs(), Some(skills.clone()), true, settings(), |_| {}).await;
+    ask(&harness, "Show it.").await;
+    let last = harness.backend.prompts().pop().unwrap();
+    let script = last.split("[skills_run: scripts/env.py]").nth(1).unwrap();
+    assert!(script.contains("FROM_SHELL=yes") && script.contains("PLANTED CODE RAN"), "{script}");
+    // A network the shell lacks: nothing the model set up offline runs with it.
+    let harness = harness_exec(outputs(), Some(skills), true, settings(), |exec| {
+        exec.mode = SandboxMode::Preferred;
+        exec.skills_network = true;
+    })
+    .await;
+    ask(&harness, "Show it.").await;
+    let last = harness.backend.prompts().pop().unwrap();
+    let script = last.split("[skills_run: scripts/env.py]").nth(1).unwrap();
+    assert!(script.contains("FROM_SHELL=unset") && !script.contains("PLANTED CODE RAN"), "{script}");
 }

@@ -55,16 +55,8 @@ pub async fn harness(setup: Setup) -> Harness {
         cgroups: setup.cgroups,
     };
     let settings = Arc::new(ExecSettings {
-        launcher,
         mode: setup.mode.unwrap_or(SandboxMode::Required),
-        unavailable: None,
-        shell_unconfined: false,
-        shell_network: false,
-        skills_network: false,
-        gaps: None,
-        interpreters: Arc::new(skillhost_actors::sandbox::interpreters::Interpreters::detect()),
-        proxy_env: Vec::new(),
-        install: None,
+        ..ExecSettings::confined(launcher, skillhost_actors::sandbox::interpreters::Interpreters::detect())
     });
     let (sandbox, _) = Actor::spawn(None, SandboxActor, settings).await.unwrap();
     let artifacts_dir = base.path().join("artifacts");

@@ -210,7 +210,17 @@ async fn run_job(
         Purpose::Script => "skills-run",
     };
     let network = job.purpose.network(settings);
-    let mut env = super::workspace_environment(&job.workspace, settings.interpreters.python());
+    // A skill script granted a network the shell lacks gets none of the
+    // workspace's package folders: a `.pth` file or `usercustomize.py` the
+    // model left in `.local` would otherwise run with that network. (Its
+    // hostile test is in src/http/code_tests.rs.)
+    let isolated = job.purpose == Purpose::Script && network && !settings.shell_network;
+    let mut env = match isolated {
+        // HOME is the workspace, so Python's default user site is its
+        // `.local` too: switched off.
+        true => vec![("PYTHONNOUSERSITE".to_string(), "1".to_string())],
+        false => super::workspace_environment(&job.workspace, settings.interpreters.python()),
+    };
     if network && job.purpose != Purpose::Install {
         env.extend(settings.proxy_env.iter().cloned());
     }

@@ -93,6 +93,23 @@ pub const HOST_NETWORK_GAP: &str =
     "the network (the command shares the host's, with its loopback services and link-local addresses)";
 
 impl ExecSettings {
+    /// Commands confined (required) and offline, nothing else granted: the
+    /// defaults, which `main` and the tests then change.
+    pub fn confined(launcher: Launcher, interpreters: Interpreters) -> ExecSettings {
+        ExecSettings {
+            launcher,
+            mode: SandboxMode::Required,
+            unavailable: None,
+            shell_unconfined: false,
+            shell_network: false,
+            skills_network: false,
+            gaps: None,
+            interpreters: Arc::new(interpreters),
+            proxy_env: Vec::new(),
+            install: None,
+        }
+    }
+
     /// The "Not confined on this host:" line for one kind of command: the
     /// host's gaps, plus the host network when this kind was granted it.
     pub fn gaps_for(&self, purpose: Purpose) -> Option<String> {

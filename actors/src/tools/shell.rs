@@ -164,6 +164,52 @@ fn cwd_from_state(state: &str, root: &Path) -> Option<String> {
     Some(relative.to_string_lossy().into_owned())
 }
 
+/// Variables the shell's saved exports never pass to a skill script: the
+/// helper sets them for each run itself.
+const NOT_PASSED: [&str; 8] = ["HOME", "PWD", "OLDPWD", "SHLVL", "_", "TMPDIR", "TEMP", "TMP"];
+/// Most exports a skill script takes from the shell's state.
+pub const MAX_PASSED_EXPORTS: usize = 256;
+
+/// The variables a saved state exports (`declare -x NAME="value"` lines,
+/// as `export -p` writes them), for a skill script run in the same folder.
+/// The state is what a command left, so each name is checked and each value
+/// read only as text.
+pub fn exports(state: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in state.lines() {
+        let Some(rest) = line.strip_prefix("declare -x ") else { continue };
+        let Some((name, quoted)) = rest.split_once('=') else { continue };
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let Some(inner) = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')) else { continue };
+        if !valid || NOT_PASSED.contains(&name) {
+            continue;
+        }
+        let mut value = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match (c, chars.clone().next()) {
+                ('\\', Some(next @ ('"' | '\\' | '$' | '`'))) => {
+                    value.push(next);
+                    chars.next();
+                }
+                _ => value.push(c),
+            }
+        }
+        out.push((name.to_string(), value));
+        if out.len() == MAX_PASSED_EXPORTS {
+            break;
+        }
+    }
+    out
+}
+
+/// What the shell has exported in this workspace, read through the handle.
+pub async fn saved_exports(context: &CodeContext<'_>) -> Vec<(String, String)> {
+    let state = context.workspace.with_handle(|dir| dir.read(SHELL_STATE, SHELL_STATE_MAX_BYTES).ok()).await.flatten();
+    state.map(|bytes| exports(&String::from_utf8_lossy(&bytes))).unwrap_or_default()
+}
+
 /// The note a result carries when the shell's state moved: where the next
 /// command starts (`before` and `after` are relative to the workspace, `""`
 /// its top), or that the state was lost and the next one starts afresh.
@@ -620,18 +666,10 @@ pub(crate) mod tests {
 
     /// Settings of a host that confines commands, offline.
     pub(crate) fn settings() -> ExecSettings {
-        ExecSettings {
-            launcher: Launcher { helper: "skillhost".into(), profile_dir: "profiles".into(), cgroups: None },
-            mode: SandboxMode::Required,
-            unavailable: None,
-            shell_unconfined: false,
-            shell_network: false,
-            skills_network: false,
-            gaps: None,
-            interpreters: Default::default(),
-            proxy_env: Vec::new(),
-            install: None,
-        }
+        ExecSettings::confined(
+            Launcher { helper: "skillhost".into(), profile_dir: "profiles".into(), cgroups: None },
+            Default::default(),
+        )
     }
 
     #[test]
@@ -675,6 +713,19 @@ pub(crate) mod tests {
         assert!(says(allowed(Vec::new())).contains("The host itself performs `pip install NAME`"));
         assert!(says(allowed(vec!["PyYAML".into()])).contains("for these packages: PyYAML."));
         assert!(!says(missing()).contains("pip install"), "a refused shell promises nothing");
+    }
+
+    #[test]
+    fn a_scripts_environment_takes_the_shells_exports_as_text() {
+        let state = "declare -x A=\"1\"\ndeclare -x HOME=\"/elsewhere\"\ndeclare -x Q=\"say \\\"hi\\\" \\$X \\\\ done\"\ndeclare -x EMPTY\ndeclare -x 9BAD=\"x\"\ncd /w\n";
+        assert_eq!(
+            exports(state),
+            [("A".to_string(), "1".to_string()), ("Q".to_string(), "say \"hi\" $X \\ done".to_string())]
+        );
+        let many: String = (0..MAX_PASSED_EXPORTS + 1).map(|n| format!("declare -x V{n}=\"x\"\n")).collect();
+        assert_eq!(exports(&many).len(), MAX_PASSED_EXPORTS);
+        let exact: String = (0..MAX_PASSED_EXPORTS).map(|n| format!("declare -x V{n}=\"x\"\n")).collect();
+        assert_eq!(exports(&exact).len(), MAX_PASSED_EXPORTS);
     }
 
     #[test]

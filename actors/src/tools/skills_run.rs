@@ -134,13 +134,18 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
     let mut command = vec![program.to_string(), skill_root.join(path).display().to_string()];
     command.extend(script.args.iter().cloned());
     let root = context.workspace.path().to_path_buf();
+    // In a code workspace the script sees what the shell exported, unless
+    // it has a network the shell lacks (see `Purpose::Script` in the
+    // sandbox actor: nothing the model set up offline runs networked).
+    let networked_beyond_shell = context.settings.as_deref().is_some_and(|s| s.skills_network && !s.shell_network);
+    let env = if networked_beyond_shell { Vec::new() } else { super::shell::saved_exports(context).await };
     let job = Job {
         purpose: Purpose::Script,
         workspace: root.clone(),
         owner: context.workspace.owner(),
         skill: Some(skill_root.clone()),
         command,
-        env: Vec::new(),
+        env,
         timeout: SKILLS_RUN_TIMEOUT,
     };
     let finished = actor::run(sandbox, job)
