@@ -33,10 +33,10 @@ use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
 use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
-use skillhost_actors::sandbox::doctor;
 use skillhost_actors::sandbox::egress::Egress;
 use skillhost_actors::sandbox::interpreters::{Interpreters, SEARCH_PATH};
 use skillhost_actors::sandbox::launch::SandboxMode;
+use skillhost_actors::sandbox::{ca, doctor};
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::tools::install::InstallSettings;
 use skillhost_actors::workspace::Workspace;
@@ -273,6 +273,24 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
         Some(install) => Some(Arc::new(install_settings(install, &interpreters).await?)),
         None => None,
     };
+    // The operator's CA bundles, checked now: a bad one stops start-up.
+    let ca_bundle = match exec.ca_bundles.is_empty() {
+        true => None,
+        false => {
+            let certificates = ca::read_bundles(&exec.ca_bundles)?;
+            let snapshot = base.join("ca-bundle.pem");
+            ca::write_snapshot(&snapshot, &certificates)
+                .map_err(|err| format!("--ca-bundle: cannot write the snapshot {}: {err}", snapshot.display()))?;
+            tracing::info!(
+                certificates = certificates.len(),
+                "CA bundles: networked commands and the installer trust them"
+            );
+            if !exec.code_network && !exec.skills_network && exec.install.is_none() {
+                tracing::warn!("--ca-bundle has no effect: nothing is granted the network");
+            }
+            Some(snapshot)
+        }
+    };
     let settings = ExecSettings {
         launcher,
         mode,
@@ -284,6 +302,7 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
         interpreters: Arc::new(interpreters),
         proxy_env: skillhost_actors::sandbox::proxy_environment(std::env::vars()),
         install,
+        ca_bundle,
     };
     let runtime = Arc::new(ExecRuntime {
         settings: Arc::new(settings),

@@ -232,6 +232,7 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
         unconfined: false,
         command: &command,
         env: &env,
+        read: &[],
         timeout: Duration::MAX,
     };
     let status = launcher.command(&run).status().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;

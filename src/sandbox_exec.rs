@@ -55,6 +55,9 @@ pub struct SandboxExecArgs {
     /// A skill folder the command may read
     #[arg(long)]
     pub skill: Option<PathBuf>,
+    /// A file of the server's the command may read, such as the CA snapshot (repeatable)
+    #[arg(long = "read")]
+    pub read: Vec<PathBuf>,
     /// Let the command use the network
     #[arg(long)]
     pub allow_network: bool,
@@ -153,6 +156,9 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     allow(Exception::WriteAndRead(workspace.clone()))?;
     if let Some(skill) = &args.skill {
         allow(Exception::Read(skill.clone()))?;
+    }
+    for path in &args.read {
+        allow(Exception::Read(path.clone()))?;
     }
     for name in PASSED_ENVIRONMENT.iter().chain(&OWN_ENVIRONMENT) {
         allow(Exception::Environment(name.to_string()))?;

@@ -65,6 +65,7 @@ pub fn run() {
         unconfined: false,
         command: &command,
         env: &[],
+        read: &[],
         timeout: Duration::from_secs(10),
     };
     let start = |mut command: Command| {

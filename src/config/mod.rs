@@ -256,6 +256,9 @@ pub struct ServeArgs {
     /// The program that runs scripts of an extension, as EXT=PATH, or EXT= to remove one (repeatable) [default: .py the newest python3.N, .js/.mjs/.cjs node, .sh/.bash bash]
     #[arg(long = "interpreter", env = "SKILLHOST_INTERPRETER", value_delimiter = ',')]
     pub interpreter: Vec<String>,
+    /// A CA bundle whose certificates commands granted the network (and the installer) trust, at most 16 MiB (repeatable)
+    #[arg(long = "ca-bundle", env = "SKILLHOST_CA_BUNDLE", value_delimiter = ',', value_hint = ValueHint::FilePath)]
+    pub ca_bundle: Vec<PathBuf>,
     /// Run shell commands without the sandbox (never on a server untrusted users reach)
     #[arg(long = "code-exec-unconfined", env = "SKILLHOST_CODE_EXEC_UNCONFINED")]
     pub code_exec_unconfined: bool,
@@ -299,6 +302,8 @@ pub struct ExecConfig {
     pub install: Option<InstallConfig>,
     /// `--interpreter` entries, applied to what the host has.
     pub interpreters: Vec<String>,
+    /// `--ca-bundle` files.
+    pub ca_bundles: Vec<PathBuf>,
     pub code_unconfined: bool,
     pub skills_network: bool,
     pub mode: SandboxModeArg,
@@ -318,6 +323,7 @@ impl Default for ExecConfig {
             code_network: false,
             install: None,
             interpreters: Vec::new(),
+            ca_bundles: Vec::new(),
             code_unconfined: false,
             skills_network: false,
             mode: SandboxModeArg::Required,
@@ -707,6 +713,7 @@ impl ServeArgs {
             code_network: self.code_exec_allow_network,
             install,
             interpreters: self.interpreter.clone(),
+            ca_bundles: self.ca_bundle.clone(),
             code_unconfined: self.code_exec_unconfined,
             skills_network: self.skills_allow_network,
             mode: self.skills_sandbox.unwrap_or(SandboxModeArg::Required),

@@ -899,3 +899,51 @@ async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks(
     let script = last.split("[skills_run: scripts/env.py]").nth(1).unwrap();
     assert!(script.contains("FROM_SHELL=unset") && !script.contains("PLANTED CODE RAN"), "{script}");
 }
+
+#[actix_web::test]
+async fn a_networked_command_trusts_the_operators_cas_and_sees_nothing_else_of_the_bundle() {
+    use skillhost_actors::sandbox::ca;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The operator's bundle: a root, a private key and a note, in a folder of its own.
+    let private = dir.path().join("operator");
+    std::fs::create_dir(&private).unwrap();
+    let root = ca::certificates("system", &std::fs::read(ca::SYSTEM_ROOTS).unwrap()).unwrap().remove(0);
+    let bundle = private.join("corp.pem");
+    std::fs::write(
+        &bundle,
+        format!("# see the vault\n-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n{root}"),
+    )
+    .unwrap();
+    let snapshot = dir.path().join("ca-bundle.pem");
+    ca::write_snapshot(&snapshot, &ca::read_bundles(std::slice::from_ref(&bundle)).unwrap()).unwrap();
+    let look = format!(
+        "echo \"file=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\"; grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\" >/dev/null && echo certificates; grep -c -e PRIVATE -e vault \"$SSL_CERT_FILE\"; cat {} || echo no-original",
+        bundle.display()
+    );
+    let outputs = || {
+        vec![call("shell", json!({"command": look})), "done".to_string()]
+            .into_iter()
+            .map(ScriptedOutput::from)
+            .collect()
+    };
+    let settings = || LoopSettings { max_rounds: 24, ..LoopSettings::default() };
+    let networked = harness_exec(outputs(), None, true, settings(), |exec| {
+        exec.mode = SandboxMode::Preferred;
+        exec.shell_network = true;
+        exec.ca_bundle = Some(snapshot.clone());
+    })
+    .await;
+    ask(&networked, "Look.").await;
+    let last = networked.backend.prompts().pop().unwrap();
+    let result = last.split("$ echo").nth(1).unwrap();
+    let shown = snapshot.display().to_string();
+    assert!(result.contains(&format!("file={shown} node={shown}")), "{result}");
+    assert!(result.contains("certificates\n0\n"), "only certificates: {result}");
+    assert!(result.contains("no-original"), "the operator's file stays out of reach: {result}");
+    // Offline, nothing names it.
+    let offline = harness_exec(outputs(), None, true, settings(), |exec| exec.ca_bundle = Some(snapshot.clone())).await;
+    ask(&offline, "Look.").await;
+    let last = offline.backend.prompts().pop().unwrap();
+    assert!(last.contains("file= node="), "{last}");
+}

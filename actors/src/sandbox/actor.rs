@@ -225,6 +225,16 @@ async fn run_job(
         env.extend(settings.proxy_env.iter().cloned());
     }
     env.extend(job.env.iter().cloned());
+    // The CA snapshot, for what may reach the network: read-only, at the
+    // server's own path.
+    let read: Vec<PathBuf> = match (&settings.ca_bundle, network) {
+        (Some(snapshot), true) => {
+            let value = snapshot.display().to_string();
+            env.extend(super::ca::CA_VARIABLES.iter().map(|name| (name.to_string(), value.clone())));
+            vec![snapshot.clone()]
+        }
+        _ => Vec::new(),
+    };
     let run = Run {
         profile,
         workspace: &job.workspace,
@@ -234,6 +244,7 @@ async fn run_job(
         unconfined,
         command: &job.command,
         env: &env,
+        read: &read,
         timeout: job.timeout,
     };
     settings.launcher.run_with(&run, started).await.map_err(|err| format!("The command did not run: {err}."))

@@ -41,6 +41,7 @@ pub async fn checks(launcher: &Launcher, scratch: &Path, owner: Option<(u32, u32
             unconfined: false,
             command: &command,
             env: &[],
+            read: &[],
             timeout: Duration::from_secs(30),
         };
         let check = match launcher.run(&run).await {

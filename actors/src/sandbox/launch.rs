@@ -57,6 +57,8 @@ pub struct Run<'a> {
     pub command: &'a [String],
     /// Variables set for the command on top of the helper's own.
     pub env: &'a [(String, String)],
+    /// Files of the server's the command may read (the CA snapshot).
+    pub read: &'a [PathBuf],
     pub timeout: Duration,
 }
 
@@ -126,6 +128,9 @@ impl Launcher {
         }
         if let Some(skill) = run.skill {
             command.arg("--skill").arg(skill);
+        }
+        for path in run.read {
+            command.arg("--read").arg(path);
         }
         if run.network {
             command.arg("--allow-network");

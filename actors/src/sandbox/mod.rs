@@ -6,6 +6,7 @@
 //! before any thread exists.
 
 pub mod actor;
+pub mod ca;
 pub mod cgroups;
 pub mod doctor;
 pub mod egress;
@@ -41,6 +42,9 @@ pub struct ExecSettings {
     pub proxy_env: Vec<(String, String)>,
     /// Installs the host performs for the model (`--code-exec-allow-install`).
     pub install: Option<Arc<crate::tools::install::InstallSettings>>,
+    /// The CA snapshot networked runs read (`--ca-bundle`), a file of the
+    /// server's own.
+    pub ca_bundle: Option<PathBuf>,
 }
 
 /// Where a workspace keeps what the host installed into it: Python's user
@@ -107,6 +111,7 @@ impl ExecSettings {
             interpreters: Arc::new(interpreters),
             proxy_env: Vec::new(),
             install: None,
+            ca_bundle: None,
         }
     }
 
