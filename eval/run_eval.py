@@ -6,9 +6,12 @@ Usage:
 
 Every task in eval/tasks.json is asked in three arms (see eval/README.md):
 control (no skills at all), selected (only the skill the task needs) and
-discovery (only the catalog of every registered skill). The answers are
-graded by regular expressions, a table is printed and a JSON report is written
-to eval/results/<model-stem>.json.
+discovery (only the catalog of every registered skill). Every task in
+eval/code_tasks.json is asked in two more: control (no code tools) and code
+(a second server with --code-exec and host-run installs from a package
+index served on 127.0.0.1). The answers are graded by regular expressions,
+a table is printed and a JSON report is written to
+eval/results/<model-stem>.json.
 
 Without --server the script starts target/release/skillhost itself with
 --skills-dir eval/skills and stops it at the end. With --server it uses a
@@ -44,6 +47,9 @@ START_TIMEOUT_S = 300
 # One request may run several generation rounds on a slow CPU.
 REQUEST_TIMEOUT_S = 900
 ARMS = ("control", "selected", "discovery")
+CODE_ARMS = ("control", "code")
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+import local_index  # noqa: E402  (the install tests' package index)
 
 
 class EvalError(Exception):
@@ -53,7 +59,7 @@ class EvalError(Exception):
 class Server:
     """The skillhost binary, started on a free port with the eval skills."""
 
-    def __init__(self, model):
+    def __init__(self, model, extra=()):
         if not BINARY.exists():
             raise EvalError(f"{BINARY} is missing: run `make build` first")
         if not model.exists():
@@ -65,7 +71,7 @@ class Server:
         command = [
             str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0",
             "--model", str(model), "--ctx-size", "8192", "--parallel", "1",
-            "--skills-dir", str(SKILLS_DIR), "--skills-install-dir", self.install_dir.name,
+            "--skills-dir", str(SKILLS_DIR), "--skills-install-dir", self.install_dir.name, *extra,
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -201,17 +207,66 @@ def summarize(results, tasks, negative, repeat):
     return lines, summary
 
 
+class CodeServer:
+    """A second server for the code arm: --code-exec with host-run installs
+    from a package index of tests/packages on 127.0.0.1."""
+
+    def __init__(self, model):
+        self.packages = tempfile.TemporaryDirectory(prefix="skillhost-eval-index-")
+        # Workspaces must be reachable by the sandbox's users.
+        self.work = tempfile.TemporaryDirectory(prefix="skillhost-eval-work-")
+        os.chmod(self.work.name, 0o755)
+        self.index = local_index.publish(Path(self.packages.name), "skillhost-probe", "skillhost-extra")
+        try:
+            self.server = Server(model, [
+                "--code-exec", "--code-exec-allow-install",
+                "--code-exec-install-index", self.index.url + "/simple", "--workspace-dir", self.work.name,
+            ])
+        except EvalError:
+            self.close()
+            raise
+        self.url = self.server.url
+
+    def installs(self):
+        return sum("host-run install" in line and "ok=true" in line for line in self.server.log)
+
+    def close(self):
+        if getattr(self, "server", None):
+            self.server.stop()
+        self.index.close()
+        self.packages.cleanup()
+        self.work.cleanup()
+
+
+def code_summary(results, tasks, repeat):
+    lines, summary = [f"{'code arm':<10} {'score':<7} tasks"], {}
+    for arm in CODE_ARMS:
+        runs = [r for r in results if r["arm"] == arm]
+        per_task = {t["id"]: sum(r["verdict"]["pass"] for r in runs if r["task"] == t["id"]) for t in tasks}
+        score, total = sum(per_task.values()), len(tasks) * repeat
+        rounds = sum(r["rounds"] for r in runs)
+        summary[arm] = {"score": score, "total": total, "tasks": per_task, "rounds": rounds}
+        marks = " ".join(f"{task_id}:{passed}/{repeat}" for task_id, passed in per_task.items())
+        lines.append(f"{arm:<10} {f'{score}/{total}':<7} {marks}  ({rounds} rounds)")
+    return lines, summary
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, help=f"GGUF model to serve (default: {DEFAULT_MODEL.relative_to(ROOT)})")
     parser.add_argument("--server", help="URL of a running skillhost with the eval skills, e.g. http://127.0.0.1:5000")
     parser.add_argument("--max-tokens", type=int, default=256, help="max_tokens per request (default: 256)")
     parser.add_argument("--repeat", type=int, default=1, help="times each task is asked in each arm (default: 1)")
+    parser.add_argument("--no-code", action="store_true", help="skip the code arms (eval/code_tasks.json)")
     args = parser.parse_args()
     if args.repeat < 1 or args.max_tokens < 1:
         parser.error("--repeat and --max-tokens must be at least 1")
 
     spec = json.loads((EVAL_DIR / "tasks.json").read_text())
+    code_tasks = json.loads((EVAL_DIR / "code_tasks.json").read_text())["tasks"]
+    # The code arm needs a server of its own, which only this script starts.
+    run_code = not args.no_code and not args.server
+    code_results, code_server, installs = [], None, 0
     tasks, negative = spec["tasks"], spec["negative_control"]
     all_skills = sorted({t["skill"] for t in tasks})
 
@@ -239,6 +294,19 @@ def main():
                         verdict = "pass" if result["verdict"]["pass"] else "fail"
                         print(f"  {task['id']:<18} {arm:<10} {verdict}  ({result['rounds']} rounds, "
                               f"{result['seconds']}s)", file=sys.stderr)
+            if run_code:
+                print("starting the code arm's server ...", file=sys.stderr)
+                code_server = CodeServer((args.model or DEFAULT_MODEL).resolve())
+                for task in code_tasks:
+                    for arm, arm_url in (("control", url), ("code", code_server.url)):
+                        for _ in range(args.repeat):
+                            result = ask(client, arm_url, model_id, task, arm, {"skills_discovery": False},
+                                         args.max_tokens)
+                            code_results.append(result)
+                            verdict = "pass" if result["verdict"]["pass"] else "fail"
+                            print(f"  {task['id']:<18} {arm:<10} {verdict}  ({result['rounds']} rounds, "
+                                  f"{result['seconds']}s)", file=sys.stderr)
+                installs = code_server.installs()
     except (EvalError, httpx.HTTPError) as error:
         if isinstance(error, httpx.HTTPError):
             error = f"cannot reach the server: {error!r}"
@@ -251,8 +319,14 @@ def main():
     finally:
         if server:
             server.stop()
+        if code_server:
+            code_server.close()
 
     lines, summary = summarize(results, tasks, negative, args.repeat)
+    if run_code:
+        code_lines, summary["code"] = code_summary(code_results, code_tasks, args.repeat)
+        summary["code"]["host_installs"] = installs
+        lines += code_lines + [f"host-run installs in the code arm: {installs}"]
     print(f"model: {label}")
     print("\n".join(lines))
 
@@ -266,6 +340,7 @@ def main():
         "repeat": args.repeat,
         "summary": summary,
         "results": results,
+        "code_results": code_results,
     }
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"report: {report_path.relative_to(ROOT)}", file=sys.stderr)

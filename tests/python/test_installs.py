@@ -3,66 +3,11 @@ with a pip install, and the host reads the install out of the line and
 performs it from a package index this test serves on 127.0.0.1 (a wheel
 built from tests/packages/), through the install proxy."""
 
-import base64
-import hashlib
-import http.server
-import threading
-import zipfile
-from pathlib import Path
-
 import httpx
 
-from conftest import DEFAULT_MODEL, ROOT
+from conftest import DEFAULT_MODEL
+from local_index import PACKAGES, Index, build_wheel
 from test_code_exec import open_temp_dir
-
-PACKAGES = ROOT / "tests" / "packages"
-
-
-def build_wheel(folder: Path, name: str, out: Path) -> Path:
-    """Zips tests/packages/<name>'s module into a py3-none-any wheel."""
-    module = name.replace("-", "_")
-    dist_info = f"{module}-1.0.dist-info"
-    files = {f"{module}/{p.name}": p.read_bytes() for p in (folder / module).iterdir() if p.is_file()}
-    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
-    files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: skillhost-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    wheel = out / "simple" / name / f"{module}-1.0-py3-none-any.whl"
-    wheel.parent.mkdir(parents=True)
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    (wheel.parent / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
-    return wheel
-
-
-class Index:
-    """A static package index on 127.0.0.1 that records what was fetched."""
-
-    def __init__(self, root: Path):
-        fetched = self.fetched = []
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, directory=str(root), **kwargs)
-
-            def do_GET(self):
-                fetched.append(self.path)
-                super().do_GET()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
 
 
 def test_the_host_performs_a_pip_install_the_model_was_made_to_run(start_server, tmp_path):

@@ -633,6 +633,12 @@ impl Installer {
             timeout: left,
         };
         let finished = actor::run(sandbox, job).await.map_err(ToolError::Model)?;
+        tracing::info!(
+            installer = request.ecosystem.tool(),
+            packages = request.specs.join(" "),
+            ok = finished.ran.exit_code == Some(0),
+            "host-run install"
+        );
         let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
         let output = relative_paths(&output, work, work);
         if finished.ran.exit_code == Some(0) {
