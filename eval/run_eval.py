@@ -7,9 +7,9 @@ Usage:
 Every task in eval/tasks.json is asked in three arms (see eval/README.md):
 control (no skills at all), selected (only the skill the task needs) and
 discovery (only the catalog of every registered skill). Every task in
-eval/code_tasks.json is asked in two more: control (no code tools) and code
-(a second server with --code-exec and host-run installs from a package
-index served on 127.0.0.1). The answers are graded by regular expressions,
+eval/code_tasks.json is asked on two more servers with --code-exec: without
+an install grant, and with host-run installs from a package index served on
+127.0.0.1; rounds, and rounds spent after a failed tool call, are reported. The answers are graded by regular expressions,
 a table is printed and a JSON report is written to
 eval/results/<model-stem>.json.
 
@@ -47,7 +47,7 @@ START_TIMEOUT_S = 300
 # One request may run several generation rounds on a slow CPU.
 REQUEST_TIMEOUT_S = 900
 ARMS = ("control", "selected", "discovery")
-CODE_ARMS = ("control", "code")
+CODE_ARMS = ("no-install", "install")
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 import local_index  # noqa: E402  (the install tests' package index)
 
@@ -208,34 +208,35 @@ def summarize(results, tasks, negative, repeat):
 
 
 class CodeServer:
-    """A second server for the code arm: --code-exec with host-run installs
-    from a package index of tests/packages on 127.0.0.1."""
+    """A server for a code arm: --code-exec, and with `install` host-run
+    installs from a package index of tests/packages on 127.0.0.1."""
 
-    def __init__(self, model):
-        self.packages = tempfile.TemporaryDirectory(prefix="skillhost-eval-index-")
+    def __init__(self, model, index, install):
         # Workspaces must be reachable by the sandbox's users.
         self.work = tempfile.TemporaryDirectory(prefix="skillhost-eval-work-")
         os.chmod(self.work.name, 0o755)
-        self.index = local_index.publish(Path(self.packages.name), "skillhost-probe", "skillhost-extra")
+        grant = ["--code-exec-allow-install", "--code-exec-install-index", index.url + "/simple"] if install else []
         try:
-            self.server = Server(model, [
-                "--code-exec", "--code-exec-allow-install",
-                "--code-exec-install-index", self.index.url + "/simple", "--workspace-dir", self.work.name,
-            ])
+            self.server = Server(model, ["--code-exec", "--workspace-dir", self.work.name, *grant])
         except EvalError:
-            self.close()
+            self.work.cleanup()
             raise
         self.url = self.server.url
 
-    def installs(self):
-        return sum("host-run install" in line and "ok=true" in line for line in self.server.log)
-
     def close(self):
-        if getattr(self, "server", None):
-            self.server.stop()
-        self.index.close()
-        self.packages.cleanup()
+        self.server.stop()
         self.work.cleanup()
+
+
+def code_arm(client, server, model_id, task, arm, max_tokens):
+    """One code task: the answer, and from the server's log what its tool
+    calls did (failed calls are the rounds spent on recoveries)."""
+    before = len(server.server.log)
+    result = ask(client, server.url, model_id, task, arm, {"skills_discovery": False}, max_tokens)
+    log = server.server.log[before:]
+    result["failed_calls"] = sum('tool answered' in line and "ok=false" in line for line in log)
+    result["host_installs"] = sum("host-run install" in line and "ok=true" in line for line in log)
+    return result
 
 
 def code_summary(results, tasks, repeat):
@@ -245,9 +246,13 @@ def code_summary(results, tasks, repeat):
         per_task = {t["id"]: sum(r["verdict"]["pass"] for r in runs if r["task"] == t["id"]) for t in tasks}
         score, total = sum(per_task.values()), len(tasks) * repeat
         rounds = sum(r["rounds"] for r in runs)
-        summary[arm] = {"score": score, "total": total, "tasks": per_task, "rounds": rounds}
+        recovering = sum(r["failed_calls"] for r in runs)
+        installs = sum(r["host_installs"] for r in runs)
+        summary[arm] = {"score": score, "total": total, "tasks": per_task, "rounds": rounds,
+                        "rounds_after_failures": recovering, "host_installs": installs}
         marks = " ".join(f"{task_id}:{passed}/{repeat}" for task_id, passed in per_task.items())
-        lines.append(f"{arm:<10} {f'{score}/{total}':<7} {marks}  ({rounds} rounds)")
+        lines.append(f"{arm:<10} {f'{score}/{total}':<7} {marks}  "
+                     f"({rounds} rounds, {recovering} after a failed call, {installs} host-run installs)")
     return lines, summary
 
 
@@ -266,7 +271,7 @@ def main():
     code_tasks = json.loads((EVAL_DIR / "code_tasks.json").read_text())["tasks"]
     # The code arm needs a server of its own, which only this script starts.
     run_code = not args.no_code and not args.server
-    code_results, code_server, installs = [], None, 0
+    code_results, code_servers, packages, index = [], [], None, None
     tasks, negative = spec["tasks"], spec["negative_control"]
     all_skills = sorted({t["skill"] for t in tasks})
 
@@ -295,18 +300,20 @@ def main():
                         print(f"  {task['id']:<18} {arm:<10} {verdict}  ({result['rounds']} rounds, "
                               f"{result['seconds']}s)", file=sys.stderr)
             if run_code:
-                print("starting the code arm's server ...", file=sys.stderr)
-                code_server = CodeServer((args.model or DEFAULT_MODEL).resolve())
+                print("starting the code arms' servers ...", file=sys.stderr)
+                model = (args.model or DEFAULT_MODEL).resolve()
+                packages = tempfile.TemporaryDirectory(prefix="skillhost-eval-index-")
+                index = local_index.publish(Path(packages.name), "skillhost-probe", "skillhost-extra")
+                for arm in CODE_ARMS:
+                    code_servers.append((arm, CodeServer(model, index, install=arm == "install")))
                 for task in code_tasks:
-                    for arm, arm_url in (("control", url), ("code", code_server.url)):
+                    for arm, code_server in code_servers:
                         for _ in range(args.repeat):
-                            result = ask(client, arm_url, model_id, task, arm, {"skills_discovery": False},
-                                         args.max_tokens)
+                            result = code_arm(client, code_server, model_id, task, arm, args.max_tokens)
                             code_results.append(result)
                             verdict = "pass" if result["verdict"]["pass"] else "fail"
                             print(f"  {task['id']:<18} {arm:<10} {verdict}  ({result['rounds']} rounds, "
-                                  f"{result['seconds']}s)", file=sys.stderr)
-                installs = code_server.installs()
+                                  f"{result['failed_calls']} failed calls, {result['seconds']}s)", file=sys.stderr)
     except (EvalError, httpx.HTTPError) as error:
         if isinstance(error, httpx.HTTPError):
             error = f"cannot reach the server: {error!r}"
@@ -319,14 +326,17 @@ def main():
     finally:
         if server:
             server.stop()
-        if code_server:
+        for _, code_server in code_servers:
             code_server.close()
+        if index:
+            index.close()
+        if packages:
+            packages.cleanup()
 
     lines, summary = summarize(results, tasks, negative, args.repeat)
     if run_code:
         code_lines, summary["code"] = code_summary(code_results, code_tasks, args.repeat)
-        summary["code"]["host_installs"] = installs
-        lines += code_lines + [f"host-run installs in the code arm: {installs}"]
+        lines += code_lines
     print(f"model: {label}")
     print("\n".join(lines))
 

@@ -675,34 +675,41 @@ fn publish_wheel(index: &Path, folder: &str, name: &str) {
     std::fs::write(folder.join("index.html"), format!("<a href=\"{wheel}\">{wheel}</a>\n")).unwrap();
 }
 
-/// Packs `tests/packages/skillhost-probe-js` with `npm pack` into a
+/// Packs `tests/packages/<name>` (version 1.0.0) with `npm pack` into a
 /// registry under `registry/`, as `base` will serve it.
-fn publish_npm(registry: &Path, base: &str) {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages/skillhost-probe-js");
-    let folder = registry.join("skillhost-probe-js/-");
+fn publish_npm(registry: &Path, base: &str, name: &str) {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages").join(name);
+    let folder = registry.join(name).join("-");
     std::fs::create_dir_all(&folder).unwrap();
     let packed = Command::new("npm")
-        .args(["pack", "--silent", "--pack-destination"])
+        .args(["pack", "--silent", "--ignore-scripts", "--pack-destination"])
         .arg(&folder)
         .arg(&source)
         .env("npm_config_cache", registry.join(".npm-cache"))
         .output()
         .expect("npm is installed for the install tests");
     assert!(packed.status.success(), "npm pack: {}", String::from_utf8_lossy(&packed.stderr));
-    let tarball = "skillhost-probe-js-1.0.0.tgz";
-    let manifest: Value = serde_json::from_slice(&std::fs::read(source.join("package.json")).unwrap()).unwrap();
-    let packument = json!({
-        "name": "skillhost-probe-js",
-        "dist-tags": {"latest": "1.0.0"},
-        "versions": {"1.0.0": {
-            "name": "skillhost-probe-js",
-            "version": "1.0.0",
-            "main": manifest["main"],
-            "dist": {"tarball": format!("{base}/skillhost-probe-js/-/{tarball}")}
-        }}
-    });
-    // npm asks for /skillhost-probe-js: the folder's document.
-    std::fs::write(registry.join("skillhost-probe-js/index.json"), packument.to_string()).unwrap();
+    let tarball = format!("{name}-1.0.0.tgz");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(source.join("package.json")).unwrap()).unwrap();
+    manifest["dist"] = json!({"tarball": format!("{base}/{name}/-/{tarball}")});
+    let packument = json!({"name": name, "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": manifest}});
+    // npm asks for /<name>: the folder's document.
+    std::fs::write(registry.join(name).join("index.json"), packument.to_string()).unwrap();
+}
+
+/// A skill `name` with one script, `scripts/<script>` holding `code`, in
+/// a root under `base` that the sandbox users can read.
+fn one_script_skill(base: &Path, name: &str, script: &str, code: &str) -> PathBuf {
+    let skills = base.join("skills");
+    let skill = skills.join(name);
+    std::fs::create_dir_all(skill.join("scripts")).unwrap();
+    let manifest = format!("---\nname: {name}\ndescription: Runs scripts/{script}.\n---\nRun scripts/{script}.\n");
+    std::fs::write(skill.join("SKILL.md"), manifest).unwrap();
+    std::fs::write(skill.join("scripts").join(script), code).unwrap();
+    for dir in [&skills, &skill, &skill.join("scripts")] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    skills
 }
 
 #[actix_web::test]
@@ -712,7 +719,21 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
     publish_wheel(&index, "skillhost-probe", "skillhost-probe");
     publish_wheel(&index, "skillhost-extra", "skillhost-extra");
     let addr = serve_folder(packages.path().to_path_buf()).await;
-    publish_npm(&packages.path().join("npm"), &format!("http://{addr}/npm"));
+    for name in ["skillhost-probe-js", "skillhost-scripted-js"] {
+        publish_npm(&packages.path().join("npm"), &format!("http://{addr}/npm"), name);
+    }
+    // A host folder anyone may write, which a link in the workspace names:
+    // an installer that followed it outside the sandbox would fill it.
+    let host = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(host.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let skills_base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let skills = one_script_skill(
+        skills_base.path(),
+        "use-probe",
+        "greet.py",
+        "import skillhost_probe\nprint('script says', skillhost_probe.greet())\n",
+    );
     std::fs::write(packages.path().join("requirements.txt"), "skillhost-probe\n").unwrap();
     // The proxy lets the installer reach the test's own server and nothing else.
     let egress = skillhost_actors::sandbox::egress::Egress::start(vec!["127.0.0.1".into()]).await.unwrap();
@@ -735,19 +756,39 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
             "shell",
             json!({"command": "pip install skillhost-probe 2>&1 | tail -1 && python -c 'import skillhost_probe; print(skillhost_probe.greet())'"}),
         ),
+        // A later call and a skill's script find what the host installed.
+        call(
+            "shell",
+            json!({"command": "python3 -c 'import skillhost_probe; print(\"later:\", skillhost_probe.greet())'"}),
+        ),
+        call("skills_run", json!({"skill": "use-probe", "path": "scripts/greet.py"})),
         call("shell", json!({"command": "python3 -c 'import skillhost_extra; print(skillhost_extra.VALUE)'"})),
         call(
             "shell",
             json!({"command": "npm install skillhost-probe-js && node -e \"console.log(require('skillhost-probe-js').greet())\""}),
         ),
+        // Install scripts never run.
+        call(
+            "shell",
+            json!({"command": "npm install skillhost-scripted-js && ls PREINSTALL_RAN POSTINSTALL_RAN node_modules/skillhost-scripted-js/index.js"}),
+        ),
+        // The workspace's package folder is a link to a host folder: the
+        // install fails inside the sandbox and writes nothing there.
+        call(
+            "shell",
+            json!({"command": format!("rm -rf .local && ln -s {} .local && echo linked", host.path().display())}),
+        ),
+        call("shell", json!({"command": "pip install skillhost-extra"})),
+        call("shell", json!({"command": "rm -f .local && echo unlinked"})),
         call("shell", json!({"command": "pip install -i https://pypi.invalid/simple skillhost-probe && echo ran"})),
         call("shell", json!({"command": "pip install skillhost-absent && echo ran"})),
         call("shell", json!({"command": "python3 -c 'import skillhost_absent'"})),
         "done".to_string(),
     ];
-    let settings = LoopSettings { max_rounds: 24, ..LoopSettings::default() };
+    let settings = LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
     let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
-    let harness = harness_exec(outputs, None, true, settings, |exec| exec.install = Some(Arc::new(install))).await;
+    let harness =
+        harness_exec(outputs, Some(skills), true, settings, |exec| exec.install = Some(Arc::new(install))).await;
     let response = ask(&harness, "Install and use the probes.").await;
     assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
     // What the host installed is not something the model produced.
@@ -773,6 +814,20 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
         "{probe}"
     );
     assert!(probe.contains("hello from the probe") && probe.contains("[exit status 0]"), "{probe}");
+    let later = result("$ python3 -c 'import skillhost_probe; print(\"later:\"");
+    assert!(later.contains("later: hello from the probe"), "{later}");
+    let script = result("[skills_run: scripts/greet.py]");
+    assert!(script.contains("script says hello from the probe"), "{script}");
+    let scripted = result("$ npm install skillhost-scripted-js");
+    assert!(scripted.contains("[the host ran npm install skillhost-scripted-js:"), "{scripted}");
+    assert!(
+        scripted.contains("PREINSTALL_RAN': No such file") && scripted.contains("POSTINSTALL_RAN': No such file"),
+        "{scripted}"
+    );
+    assert!(scripted.contains("node_modules/skillhost-scripted-js/index.js"), "{scripted}");
+    let linked = result("$ pip install skillhost-extra\n");
+    assert!(linked.contains("the host's install failed"), "{linked}");
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "the installer wrote through a link: {linked}");
     // A missing import, installed and the same command run again in one call.
     let extra = result("$ python3 -c 'import skillhost_extra");
     assert!(extra.contains("skillhost_extra was missing, so the host installed skillhost_extra"), "{extra}");
@@ -839,27 +894,6 @@ async fn a_failure_of_the_code_shows_the_failing_lines_and_the_names_a_module_re
     );
 }
 
-/// A skill whose script reports what it sees of the shell's setup.
-fn env_skill(base: &Path) -> PathBuf {
-    let skills = base.join("skills");
-    let skill = skills.join("show-env");
-    std::fs::create_dir_all(skill.join("scripts")).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        "---\nname: show-env\ndescription: Shows its environment.\n---\nRun scripts/env.py.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        skill.join("scripts/env.py"),
-        "import os\nprint('FROM_SHELL=' + os.environ.get('FROM_SHELL', 'unset'))\n",
-    )
-    .unwrap();
-    for dir in [&skills, &skill, &skill.join("scripts")] {
-        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    }
-    skills
-}
-
 #[actix_web::test]
 async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks() {
     let python = skillhost_actors::sandbox::interpreters::Interpreters::detect().python().unwrap().version.clone();
@@ -880,7 +914,12 @@ async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks(
     };
     let skills_base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let skills = env_skill(skills_base.path());
+    let skills = one_script_skill(
+        skills_base.path(),
+        "show-env",
+        "env.py",
+        "import os\nprint('FROM_SHELL=' + os.environ.get('FROM_SHELL', 'unset'))\n",
+    );
     let settings = || LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
     // Same network as the shell: the same environment, exports included.
     let harness = harness_exec(outputs(), Some(skills.clone()), true, settings(), |_| {}).await;
