@@ -557,8 +557,16 @@ async function run() {
     const failure = await download.failure();
     check(!failure, `the download failed: ${failure}`);
     check(download.suggestedFilename().length > 0, 'the download has no file name');
+    // The model decides what the file holds (sampled turns sometimes write
+    // it empty): the download must be exactly the size the chip names.
     const { size } = await stat(await download.path());
-    check(size > 0, `the downloaded ${download.suggestedFilename()} is empty`);
+    const label = (await chip.locator('.artifact-size').textContent()) ?? '';
+    const bytes = /^(\d+) B$/.exec(label.trim());
+    if (bytes) {
+      check(size === Number(bytes[1]), `the downloaded ${download.suggestedFilename()} has ${size} bytes, the chip says ${label}`);
+    } else {
+      check(size > 1023, `the downloaded ${download.suggestedFilename()} has ${size} bytes, the chip says ${label}`);
+    }
   });
 
   await step(7, 'the Markdown renderer shows raw HTML and unsafe links as text', async () => {
