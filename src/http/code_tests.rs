@@ -780,6 +780,9 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
         ),
         call("shell", json!({"command": "pip install skillhost-extra"})),
         call("shell", json!({"command": "rm -f .local && echo unlinked"})),
+        // A requirements file that is a link to a host file is refused, not read.
+        call("shell", json!({"command": "ln -sf /etc/passwd req.txt && echo planted"})),
+        call("shell", json!({"command": "pip install -r req.txt"})),
         call("shell", json!({"command": "pip install -i https://pypi.invalid/simple skillhost-probe && echo ran"})),
         call("shell", json!({"command": "pip install skillhost-absent && echo ran"})),
         call("shell", json!({"command": "python3 -c 'import skillhost_absent'"})),
@@ -828,6 +831,11 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
     let linked = result("$ pip install skillhost-extra\n");
     assert!(linked.contains("the host's install failed"), "{linked}");
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "the installer wrote through a link: {linked}");
+    let linked_requirements = result("$ pip install -r req.txt");
+    assert!(
+        linked_requirements.contains("[not run]") && !linked_requirements.contains("root:"),
+        "{linked_requirements}"
+    );
     // A missing import, installed and the same command run again in one call.
     let extra = result("$ python3 -c 'import skillhost_extra");
     assert!(extra.contains("skillhost_extra was missing, so the host installed skillhost_extra"), "{extra}");
@@ -878,6 +886,11 @@ async fn a_failure_of_the_code_shows_the_failing_lines_and_the_names_a_module_re
             json!({"path": "shapes.py", "content": "def area_of_circle(r):\n    return 3.14 * r * r\n\ndef area_of_square(s):\n    return s * s\n"}),
         ),
         call("shell", json!({"command": "python -c 'import shapes; print(shapes.area_of_circl(2))'"})),
+        // Output naming a planted link: the snippet reader refuses it.
+        call(
+            "shell",
+            json!({"command": "ln -sf /etc/passwd linked.txt; echo '  File \"linked.txt\", line 1' >&2; exit 1"}),
+        ),
         "done".to_string(),
     ];
     let harness = harness(outputs).await;
@@ -892,6 +905,8 @@ async fn a_failure_of_the_code_shows_the_failing_lines_and_the_names_a_module_re
         last.contains("Its public names, read from the installed module: area_of_circle, area_of_square]"),
         "{last}"
     );
+    let planted = last.split("$ ln -sf /etc/passwd linked.txt").nth(1).unwrap();
+    assert!(!planted.contains("root:") && !planted.contains("around line"), "{planted}");
 }
 
 #[actix_web::test]

@@ -1308,6 +1308,27 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_install_shows_its_last_lines() {
+        let output = |n: usize| (1..=n).map(|i| format!("line {i}\n")).collect::<String>();
+        let at = failure(Ecosystem::Python, &["x".into()], &output(INSTALL_OUTPUT_LINES));
+        assert!(at.contains("\nline 1\n") && at.contains(&format!("line {INSTALL_OUTPUT_LINES}\n")), "{at}");
+        let past = failure(Ecosystem::Python, &["x".into()], &output(INSTALL_OUTPUT_LINES + 1));
+        assert!(!past.contains("\nline 1\n") && past.contains("\nline 2\n"), "{past}");
+        assert!(past.ends_with("pip could not install x."), "{past}");
+    }
+
+    #[test]
+    fn a_requirements_file_is_read_up_to_its_cap() {
+        // Read through the workspace handle with this cap, as the shell does.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("at.txt"), vec![b'x'; MAX_REQUIREMENTS_BYTES as usize]).unwrap();
+        std::fs::write(dir.path().join("past.txt"), vec![b'x'; MAX_REQUIREMENTS_BYTES as usize + 1]).unwrap();
+        let handle = crate::workspace::handle::DirHandle::open(dir.path()).unwrap();
+        assert!(handle.read("at.txt", MAX_REQUIREMENTS_BYTES).is_ok());
+        assert!(handle.read("past.txt", MAX_REQUIREMENTS_BYTES).is_err());
+    }
+
+    #[test]
     fn missing_imports_map_to_their_distribution() {
         let python = "Traceback (most recent call last):\n  File \"a.py\", line 1\nModuleNotFoundError: No module named 'yaml'\n";
         assert_eq!(missing_package(python), Some((Ecosystem::Python, "yaml".into(), "PyYAML".into())));

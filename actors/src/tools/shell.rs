@@ -300,7 +300,8 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
                 })
             }
             install::Plan::Install { requests, rest } => {
-                let Some(installer) = &installer else { unreachable!("installs are read only when allowed") };
+                // Installs are read only when allowed, so this is never None.
+                let Some(installer) = &installer else { return Err(ToolError::Model(install::not_enabled())) };
                 for request in requests {
                     match installer.perform(context, sandbox, request, deadline).await? {
                         Ok(summary) => installed.push(summary),
@@ -338,24 +339,18 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
         };
         let settings = settings.as_deref().and_then(|s| s.install.as_deref());
         let request = install::Request::new(ecosystem, vec![package.clone()]);
-        let refusal = if missing_installed.contains(&package) {
-            Some(format!("[{module} is still missing after the host installed {package}: the import name may belong to another package; look it up rather than guessing again]"))
-        } else if missing_installed.len() >= install::MAX_AUTO_INSTALLS {
-            Some(format!("[{module} is missing too; the host installs at most {} missing packages in one call: install the rest by name]", install::MAX_AUTO_INSTALLS))
-        } else if Instant::now() + Duration::from_secs(2) >= deadline {
-            Some(format!("[{module} is missing; no time was left in this call to install it: install it by name]"))
-        } else {
+        let time_left = Instant::now() + Duration::from_secs(2) < deadline;
+        let refusal = auto_install_refusal(&module, &package, &missing_installed, time_left).or_else(|| {
             install::check_allowed(&request, settings.map_or(&[], |s| s.packages.as_slice()))
                 .err()
                 .map(|why| format!("[{module} is missing, and the host did not install it: {why}]"))
-        };
+        });
         if let Some(refusal) = refusal {
             installed.push(refusal);
             return Ok(finish(context, &command, &installed, finished, timeout).await);
         }
-        let Some(installer) = &installer else {
-            unreachable!("missing packages are looked for only with an installer")
-        };
+        // Missing packages are looked for only with an installer.
+        let Some(installer) = &installer else { return Err(ToolError::Model(install::not_enabled())) };
         match installer.perform(context, sandbox, request, deadline).await? {
             Ok(summary) => {
                 installed.push(format!(
@@ -377,6 +372,24 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
                 None => dir.remove_file(SHELL_STATE).or(Ok(())),
             })
             .await;
+    }
+}
+
+/// Why a missing package is not installed for this run of the line: it
+/// was installed already and is still missing, the call has had its
+/// [`install::MAX_AUTO_INSTALLS`], or its deadline is too near.
+fn auto_install_refusal(module: &str, package: &str, installed: &[String], time_left: bool) -> Option<String> {
+    if installed.iter().any(|p| p == package) {
+        Some(format!("[{module} is still missing after the host installed {package}: the import name may belong to another package; look it up rather than guessing again]"))
+    } else if installed.len() >= install::MAX_AUTO_INSTALLS {
+        Some(format!(
+            "[{module} is missing too; the host installs at most {} missing packages in one call: install the rest by name]",
+            install::MAX_AUTO_INSTALLS
+        ))
+    } else if !time_left {
+        Some(format!("[{module} is missing; no time was left in this call to install it: install it by name]"))
+    } else {
+        None
     }
 }
 
@@ -732,6 +745,17 @@ pub(crate) mod tests {
         assert_eq!(exports(&many).len(), MAX_PASSED_EXPORTS);
         let exact: String = (0..MAX_PASSED_EXPORTS).map(|n| format!("declare -x V{n}=\"x\"\n")).collect();
         assert_eq!(exports(&exact).len(), MAX_PASSED_EXPORTS);
+    }
+
+    #[test]
+    fn missing_packages_are_installed_up_to_the_limit_per_call() {
+        let installed = |n: usize| (0..n).map(|i| format!("p{i}")).collect::<Vec<_>>();
+        let at = installed(install::MAX_AUTO_INSTALLS - 1);
+        assert_eq!(auto_install_refusal("m", "new", &at, true), None, "the fifth is installed");
+        let past = installed(install::MAX_AUTO_INSTALLS);
+        assert!(auto_install_refusal("m", "new", &past, true).unwrap().contains("at most 5 missing packages"));
+        assert!(auto_install_refusal("m", "p0", &at, true).unwrap().contains("still missing after"));
+        assert!(auto_install_refusal("m", "new", &[], false).unwrap().contains("no time was left"));
     }
 
     #[test]
