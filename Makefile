@@ -100,11 +100,23 @@ gpu-deps:
 	*) echo "GPU must be cuda or vulkan, got '$(GPU)'"; exit 1 ;; \
 	esac
 
+# ggml's native build compiles its AMX kernels on CPUs that list AMX, and on
+# a Sapphire Rapids host the engine thread died with SIGILL at the first
+# tile store of the Q4_1 AMX matmul (tinygemm_kernel_amx) although the
+# process holds the kernel's AMX permission. The kernels are left out;
+# AVX-512 and VNNI stay.
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+export CFLAGS += $(NO_AMX)
+export CXXFLAGS += $(NO_AMX)
+endif
+
 # llama.cpp and our code are built for the CPU that builds them
 # (.cargo/config.toml). A target folder built on a CPU with other features
-# (a cache carried to another machine) is cleaned, never run.
+# (a cache carried to another machine), or with other C flags, is cleaned,
+# never run.
 cpu-guard:
-	@flags=$$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16); \
+	@flags=$$( (grep -m1 '^flags' /proc/cpuinfo; echo "$(NO_AMX)") | sha256sum | cut -c1-16); \
 	stamp=$(TARGET_DIR)/release/.cpu-flags; \
 	if [ -f "$$stamp" ] && [ "$$(cat "$$stamp")" != "$$flags" ]; then \
 		echo "$(TARGET_DIR) was built on a CPU with other features: cleaning it"; \
