@@ -11,6 +11,7 @@
 //!
 //! The actors live in `skillhost-actors`, the model in `skillhost-engine`.
 
+mod chat_cli;
 mod config;
 mod http;
 mod list_skills;
@@ -28,7 +29,9 @@ use skillhost_actors::model::ModelSource;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
-use config::{Cli, Command, InstallConfig, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig};
+use config::{
+    ChatArgs, Cli, Command, InstallConfig, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig,
+};
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
@@ -128,6 +131,31 @@ fn main() -> ExitCode {
             }
             serve_command(args)
         }
+        Command::Chat(given) => {
+            let (args, _) = match config::layered::<ChatArgs>(&definition, &matches, "chat") {
+                Ok(layered) => layered,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            // What a config file cannot set: the message itself.
+            let options = chat_cli::Options {
+                system: args.system,
+                interactive: args.interactive,
+                input: given.input.clone(),
+                prompt: given.prompt.join(" "),
+            };
+            let config = match args.serve.resolve() {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_logging_at(config.log_format, CHAT_LOG_FILTER);
+            chat_cli::run(config, options)
+        }
     }
 }
 
@@ -188,7 +216,15 @@ fn serve_command(args: ServeArgs) -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    init_logging_at(format, DEFAULT_LOG_FILTER);
+}
+
+/// The chat CLI logs only warnings unless `RUST_LOG` says otherwise: the
+/// terminal is the conversation's.
+const CHAT_LOG_FILTER: &str = "warn";
+
+fn init_logging_at(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     match format {
@@ -428,14 +464,14 @@ fn replica_headers(replica: Option<&str>) -> actix_web::middleware::DefaultHeade
         .add(("set-cookie", format!("{}={id}; Path=/; SameSite=Lax; HttpOnly", replica::COOKIE)))
 }
 
-async fn serve(config: ServeConfig) -> Result<(), String> {
-    if let Some(id) = &config.replica_id {
-        skillhost_actors::replica::set(id);
-    }
-    log_capabilities(&config);
-    // Dropped last, after the server has stopped: the workspaces, artifacts
-    // and profile copy this process made go with it.
-    let (exec, artifacts, _own_folders) = exec_runtime(&config).await?;
+/// The folders a running server made for itself, removed when dropped.
+pub type OwnFolders = Vec<sandbox_cli::OwnedDir>;
+
+/// Starts the actor system for `config`, as `serve` and `chat` both run it:
+/// process execution set up, the skills registry scanned, the model loading.
+/// The folders come back to be dropped after the server has stopped.
+pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), String> {
+    let (exec, artifacts, own_folders) = exec_runtime(config).await?;
     let server = Server::start(ServerConfig {
         model: match &config.remote {
             Some(remote) => ModelSource::Remote(remote.clone()),
@@ -454,6 +490,17 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
             tracing::warn!(path = ?error.path, message = ?error.message, "a skill did not load");
         }
     }
+    Ok((server, own_folders))
+}
+
+async fn serve(config: ServeConfig) -> Result<(), String> {
+    if let Some(id) = &config.replica_id {
+        skillhost_actors::replica::set(id);
+    }
+    log_capabilities(&config);
+    // Dropped last, after the server has stopped: the workspaces, artifacts
+    // and profile copy this process made go with it.
+    let (server, _own_folders) = start_server(&config).await?;
     let access = Arc::new(http::access::Access::new(config.access.clone(), config.host));
     reload_on_hangup(access.clone(), server.clone());
     let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;

@@ -27,6 +27,44 @@ pub struct ChatRequest {
     /// Whether the model may delegate to child agents; `None` uses the
     /// server's setting, `Some(false)` turns it off for this request.
     pub multi_agent: Option<bool>,
+    /// Which of the server's ways in the request came by (for the
+    /// per-skill outcomes).
+    pub surface: Surface,
+}
+
+/// The ways a chat request reaches the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Surface {
+    /// `/v1/chat/completions`.
+    #[default]
+    OpenAi,
+    /// `/v1/responses`.
+    Responses,
+    /// `/v1/messages`.
+    Anthropic,
+    /// Ollama's `/api/chat/ollama` and `/ollama/api/chat`.
+    Ollama,
+    /// The Web UI's `/api/chat`.
+    WebUi,
+    /// `skillhost chat`, in process.
+    Cli,
+}
+
+impl Surface {
+    pub const ALL: [Surface; 6] =
+        [Surface::OpenAi, Surface::Responses, Surface::Anthropic, Surface::Ollama, Surface::WebUi, Surface::Cli];
+
+    /// The label `/metrics` and the skills API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::OpenAi => "openai",
+            Surface::Responses => "responses",
+            Surface::Anthropic => "anthropic",
+            Surface::Ollama => "ollama",
+            Surface::WebUi => "webui",
+            Surface::Cli => "cli",
+        }
+    }
 }
 
 /// Why a request ended without an answer.
@@ -109,6 +147,10 @@ pub struct RoundStats {
     pub copied_tokens: usize,
     pub generated_tokens: usize,
     pub time_to_first_token_ms: f64,
+    /// What the prompt spent its tokens on.
+    pub context: crate::chat_loop::budget::ContextParts,
+    /// The notes of what the context budget let go before this round.
+    pub demoted: Vec<String>,
 }
 
 /// Where a child agent stands, for the Web UI's activity line and panel.
@@ -154,6 +196,14 @@ pub enum ChatEvent {
     ToolProgress(ToolProgress),
     /// A child agent started, took input, reported, failed or was closed.
     Agent(AgentUpdate),
+    /// Before `ToolCalls`, in a turn whose earlier rounds called our tools:
+    /// those rounds (assistant turns and tool results) and the text the
+    /// model generated for the calls, so a client can resend the turn as
+    /// the model saw it and the KV prefix holds on its next request.
+    ServerTurns {
+        turns: Vec<ChatMessage>,
+        raw: String,
+    },
     /// The calls the model made to the caller's tools, complete, with unique ids.
     ToolCalls(Vec<ToolCall>),
     /// `timings` are the last round's; `rounds` has every round.

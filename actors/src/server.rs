@@ -15,6 +15,7 @@ use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::SkillsMsg;
 use crate::skills::install::InstallError;
+use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::workspace::conversations::Conversations;
@@ -43,6 +44,7 @@ pub struct Server {
     /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
     allows_scripts: bool,
     agent_stats: Arc<AgentStats>,
+    skill_outcomes: Arc<SkillOutcomes>,
     /// Requests may delegate to child agents (not `--no-multi-agent`).
     multi_agent: bool,
 }
@@ -81,6 +83,8 @@ pub struct SkillsHandle {
     /// Whether uploads have somewhere to go.
     pub installable: bool,
     install_dir: Option<std::path::PathBuf>,
+    /// Selected for every request that names none (`--skill`).
+    pub selected: Vec<String>,
 }
 
 impl SkillsHandle {
@@ -170,6 +174,7 @@ impl Server {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
         let install_dir = config.skills.as_ref().and_then(|s| s.install_dir.clone());
         let installable = install_dir.is_some();
+        let selected = config.skills.as_ref().map(|s| s.selected.clone()).unwrap_or_default();
         let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
         let (skills_args, snapshot) = match config.skills {
             Some(skills) => {
@@ -180,6 +185,7 @@ impl Server {
         };
         let conversations = Arc::new(Conversations::default());
         let agent_stats = Arc::new(AgentStats::default());
+        let skill_outcomes = Arc::new(SkillOutcomes::default());
         let multi_agent = config.loop_settings.multi_agent;
         let args = SupervisorArgs {
             engine: config.model,
@@ -190,6 +196,7 @@ impl Server {
             status: status_tx,
             skills: skills_args,
             agent_stats: Arc::clone(&agent_stats),
+            skill_outcomes: Arc::clone(&skill_outcomes),
         };
         let (supervisor, _) =
             Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
@@ -200,7 +207,24 @@ impl Server {
             snapshot,
             installable,
             install_dir: install_dir.clone(),
+            selected,
         });
+        // A default selection naming nothing registered is the operator's
+        // typo: refused at start-up rather than silently selecting less.
+        if let Some(skills) = &skills {
+            let snapshot = skills.snapshot();
+            let unknown: Vec<&str> =
+                skills.selected.iter().map(String::as_str).filter(|id| snapshot.get(id).is_none()).collect();
+            if !unknown.is_empty() {
+                supervisor.stop(None);
+                let ids = snapshot.ids();
+                let available = if ids.is_empty() { "none are registered".to_string() } else { ids.join(", ") };
+                return Err(format!(
+                    "--skill {}: no such skill is registered; available: {available}",
+                    unknown.join(", ")
+                ));
+            }
+        }
         Ok(Server {
             supervisor,
             status,
@@ -210,6 +234,7 @@ impl Server {
             conversations,
             allows_scripts,
             agent_stats,
+            skill_outcomes,
             multi_agent,
         })
     }
@@ -232,6 +257,11 @@ impl Server {
     /// Counters of the agents requests started, for `/metrics`.
     pub fn agent_stats(&self) -> &AgentStats {
         &self.agent_stats
+    }
+
+    /// Each skill's counts: advertised, read, run, and how its turns ended.
+    pub fn skill_outcomes(&self) -> &SkillOutcomes {
+        &self.skill_outcomes
     }
 
     /// Whether the model may run skill scripts.
@@ -264,9 +294,15 @@ impl Server {
     }
 
     /// Starts a chat request.
-    pub async fn chat(&self, request: ChatRequest) -> Result<ChatStream, ChatError> {
+    pub async fn chat(&self, mut request: ChatRequest) -> Result<ChatStream, ChatError> {
         if let ModelStatus::Loading = *self.status.borrow() {
             return Err(ChatError::Unavailable("the model is loading; try again shortly".into()));
+        }
+        if let Some(skills) = self.skills.as_ref().filter(|_| request.skills.is_empty()) {
+            // The operator's selection; one removed by a rescan since start-up
+            // is dropped (the prompt never names a skill that is not there).
+            let snapshot = skills.snapshot();
+            request.skills = skills.selected.iter().filter(|id| snapshot.get(id).is_some()).cloned().collect();
         }
         let (events_tx, events) = mpsc::unbounded_channel();
         let result = ractor::call_t!(

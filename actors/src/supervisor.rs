@@ -52,6 +52,7 @@ pub struct SupervisorArgs {
     pub skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
     /// Counters of the agents requests start.
     pub agent_stats: Arc<AgentStats>,
+    pub skill_outcomes: Arc<crate::skills::outcomes::SkillOutcomes>,
 }
 
 pub enum SupervisorMsg {
@@ -100,6 +101,7 @@ pub struct SupervisorState {
     /// The running registry actor.
     skills_actor: Option<ActorRef<SkillsMsg>>,
     agent_stats: Arc<AgentStats>,
+    skill_outcomes: Arc<crate::skills::outcomes::SkillOutcomes>,
 }
 
 impl Actor for Supervisor {
@@ -127,6 +129,7 @@ impl Actor for Supervisor {
             skills: args.skills,
             skills_actor: None,
             agent_stats: args.agent_stats,
+            skill_outcomes: args.skill_outcomes,
         };
         start_skills(myself.get_cell(), &mut state).await?;
         if let Some(store) = args.artifacts {
@@ -331,6 +334,7 @@ async fn start_chat(
         conversations: Arc::clone(&state.conversations),
         events,
         agent_stats: Arc::clone(&state.agent_stats),
+        skill_outcomes: Arc::clone(&state.skill_outcomes),
         seat: None,
     };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)

@@ -114,6 +114,7 @@ async fn the_supervisor_answers_while_the_model_loads() {
         install_dir: None,
         watch: false,
         poll: None,
+        selected: Vec::new(),
     };
     let engine = EngineConfig { model_path: fifo.clone(), n_parallel: 1, ..Default::default() };
     let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();

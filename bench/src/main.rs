@@ -17,7 +17,8 @@
 //! 10,000-line file with 50 hunks. Then the Web UI stream: when each
 //! round's frames of a two-round skills request arrive. Then four child
 //! agents decoding together against the same generations one at a time
-//! (see `agents`).
+//! (see `agents`); what letting go of context costs in tokens decoded
+//! again (see `budget`).
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -32,6 +33,7 @@
 
 mod agents;
 mod baseline;
+mod budget;
 mod exec;
 mod huge;
 mod skills;
@@ -306,7 +308,7 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `agents`, `webui`, `model`,
+    // `skillhost-bench skills`, `exec`, `agents`, `budget`, `webui`, `model`,
     // `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -328,6 +330,10 @@ fn main() {
     }
     if wanted("agents") {
         agents::run();
+        println!();
+    }
+    if wanted("budget") {
+        budget::run();
         println!();
     }
     if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") {

@@ -44,6 +44,11 @@ pub enum Command {
         after_help = "Every switch has a --no-… form (for --no-skills, --skills) that turns off what a config file or variable turned on. Precedence: flag > SKILLHOST_* variable > later --config file > earlier file > default; see --print-config."
     )]
     Serve(Box<ServeArgs>),
+    /// Chat with a model in this terminal: the same loop, flags and config file as serve, without HTTP.
+    #[command(
+        after_help = "Without a prompt or --input, and with a terminal on stdin, it is a conversation: /skills, /skill NAME, /system TEXT, /reset and /exit, Ctrl-C stops the answer being written. With a prompt or --input FILE it runs one turn and prints only the answer on stdout; skill and tool steps go to stderr, and the exit status is non-zero when the turn fails."
+    )]
+    Chat(Box<ChatArgs>),
     /// Print the skills registry (what is registered, where from, warnings
     /// and errors) and exit, without loading a model.
     ListSkills(ListSkillsArgs),
@@ -63,6 +68,7 @@ pub enum Command {
 pub fn command() -> clap::Command {
     Cli::command()
         .mut_subcommand("serve", sources::with_negations)
+        .mut_subcommand("chat", sources::with_negations)
         .mut_subcommand("list-skills", sources::with_negations)
 }
 
@@ -102,6 +108,25 @@ pub struct SkillArgs {
     /// Also rescan every this many seconds, for roots on NFS or other shared storage whose changes file events do not report [default: off]
     #[arg(long = "skills-poll", env = "SKILLHOST_SKILLS_POLL")]
     pub skills_poll: Option<u64>,
+}
+
+/// Flags of `skillhost chat`: every flag of `serve`, and the conversation's.
+#[derive(Debug, Default, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// The system message the conversation starts with
+    #[arg(long, env = "SKILLHOST_SYSTEM")]
+    pub system: Option<String>,
+    /// Talk turn by turn even when a prompt or --input is given (the default without them when stdin is a terminal)
+    #[arg(short = 'i', long = "interactive")]
+    pub interactive: bool,
+    /// Run one turn with this file's text as the message ('-' reads stdin) and print only the answer
+    #[arg(long, value_hint = ValueHint::FilePath)]
+    pub input: Option<PathBuf>,
+    /// Run one turn with this message and print only the answer
+    #[arg(trailing_var_arg = true)]
+    pub prompt: Vec<String>,
 }
 
 /// Flags of `skillhost list-skills`.
@@ -214,6 +239,9 @@ pub struct ServeArgs {
     /// Do not advertise unselected skills; a request reaches only what it selects
     #[arg(long = "skills-no-discovery", env = "SKILLHOST_SKILLS_NO_DISCOVERY")]
     pub skills_no_discovery: bool,
+    /// A skill selected for every request that selects none; repeatable (checked against the registry at start-up)
+    #[arg(long = "skill", env = "SKILLHOST_SKILL", value_delimiter = ',')]
+    pub skill: Vec<String>,
     /// Tool rounds per turn, 1 to 64 [default: 8]
     #[arg(long = "skills-max-rounds", env = "SKILLHOST_SKILLS_MAX_ROUNDS")]
     pub skills_max_rounds: Option<u32>,
@@ -566,7 +594,13 @@ impl SkillArgs {
                 )))
             }
         };
-        Ok(Some(SkillsConfig { roots, install_dir: Some(install_dir), watch: self.skills_watch, poll }))
+        Ok(Some(SkillsConfig {
+            roots,
+            install_dir: Some(install_dir),
+            watch: self.skills_watch,
+            poll,
+            selected: Vec::new(),
+        }))
     }
 }
 
@@ -604,7 +638,18 @@ impl ServeArgs {
     /// Validates the merged settings (see [`sources`]). Nothing is loaded
     /// yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
-        let skills = self.skills.resolve()?;
+        let mut skills = self.skills.resolve()?;
+        match skills.as_mut() {
+            Some(skills) => {
+                skills.selected = self.skill.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                skills.selected.sort();
+                skills.selected.dedup();
+            }
+            None if !self.skill.is_empty() => {
+                return Err(ConfigError("--skill selects a skill, but skills are off (--no-skills)".into()))
+            }
+            None => {}
+        }
         let remote = self.resolve_upstreams()?;
         if let Some(id) = &self.replica_id {
             skillhost_actors::replica::check(id).map_err(ConfigError)?;

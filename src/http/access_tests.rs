@@ -43,6 +43,7 @@ async fn app_state(
         install_dir: Some(install.to_path_buf()),
         watch: false,
         poll: None,
+        selected: Vec::new(),
     };
     let config = ServerConfig {
         model: ModelSource::Provided(backend),

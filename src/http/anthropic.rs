@@ -15,6 +15,7 @@ use bytes::Bytes;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use skillhost_actors::request::Surface;
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
@@ -125,8 +126,13 @@ fn result_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
 
 /// Anthropic's tools carry `name` and `input_schema` directly; its stop
 /// strings are `stop_sequences`.
-const SPELLING: Spelling =
-    Spelling { stop: "stop_sequences", tool: "", tool_parameters: "input_schema", ..Spelling::OPENAI };
+const SPELLING: Spelling = Spelling {
+    stop: "stop_sequences",
+    tool: "",
+    tool_parameters: "input_schema",
+    surface: Surface::Anthropic,
+    ..Spelling::OPENAI
+};
 
 /// Anthropic's request as the OpenAI request the rest of the server takes.
 fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
@@ -208,6 +214,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
                         tool_calls: None,
                         tool_call_id: Some(id.to_string()),
                         name: None,
+                        raw: None,
                     });
                 }
                 // Reasoning from earlier turns is not replayed to the model.
@@ -237,6 +244,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
                 tool_calls: (!calls.is_empty()).then_some(calls),
                 tool_call_id: None,
                 name: None,
+                raw: None,
             });
         }
     }
@@ -315,6 +323,7 @@ fn text_message(role: &str, text: String) -> WireMessage {
         tool_calls: None,
         tool_call_id: None,
         name: None,
+        raw: None,
     }
 }
 

@@ -13,7 +13,8 @@ use std::panic::AssertUnwindSafe;
 
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{
-    finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
+    finish_reason, rounds_json, server_messages_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
+    Spelling, RAW_FIELD,
 };
 use crate::http::peer::PeerWatch;
 use crate::http::stream::{self, begin, event_stream, sse_response, Begun, Collected, Encoder, Finish};
@@ -157,7 +158,7 @@ async fn collect(
     peer: PeerWatch,
     meta: ResponseMeta,
 ) -> Result<HttpResponse, ApiError> {
-    let Collected { text, reasoning, calls, finish, usage, timings, rounds, artifacts } =
+    let Collected { text, reasoning, calls, finish, usage, timings, rounds, artifacts, server_turns } =
         stream::collect(state, chat, peer, meta.started).await?;
     let mut message = json!({"role": "assistant", "content": text});
     // llama-server's field for a thinking model's reasoning.
@@ -169,6 +170,13 @@ async fn collect(
             message["content"] = Value::Null;
         }
         message["tool_calls"] = tool_calls_json(&calls);
+    }
+    // A turn that called our tools before the caller's: the rounds the
+    // client never saw, to resend before this message (README, "Replaying
+    // the server's calls"), and this message's text as generated.
+    let replay = server_turns.filter(|(turns, _)| !turns.is_empty() && !calls.is_empty());
+    if let Some((_, raw)) = &replay {
+        message[RAW_FIELD] = json!(raw);
     }
     let mut body = json!({
         "id": meta.id,
@@ -184,6 +192,9 @@ async fn collect(
     // Only runs that produced files carry the field.
     if !artifacts.is_empty() {
         body["artifacts"] = Value::Array(artifacts);
+    }
+    if let Some((turns, _)) = &replay {
+        body["skillhost_messages"] = server_messages_json(turns);
     }
     Ok(HttpResponse::Ok().json(body))
 }

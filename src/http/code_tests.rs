@@ -100,6 +100,7 @@ async fn harness_exec(
         install_dir: None,
         watch: false,
         poll: None,
+        selected: Vec::new(),
     });
     let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
     let config = ServerConfig {
@@ -111,15 +112,7 @@ async fn harness_exec(
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState {
-        server,
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    });
+    let state = AppState::for_tests(server);
     Harness { state, backend, base }
 }
 

@@ -7,7 +7,8 @@ use prometheus::{
     Registry, TextEncoder,
 };
 use skillhost_actors::chat_loop::agents::AgentStats;
-use skillhost_actors::ModelStatus;
+use skillhost_actors::skills::outcomes::{Outcome, SkillOutcomes};
+use skillhost_actors::{ModelStatus, Server};
 use skillhost_engine::Timings;
 
 pub struct Metrics {
@@ -32,6 +33,52 @@ pub struct Metrics {
     batch_sequences_max: IntGauge,
     upstreams: UpstreamMetrics,
     agents: AgentMetrics,
+    skills: SkillMetrics,
+}
+
+/// Per-skill outcomes, copied from the server's table at scrape time.
+struct SkillMetrics {
+    events: IntCounterVec,
+    outcomes: IntCounterVec,
+}
+
+impl SkillMetrics {
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = SkillMetrics {
+            events: IntCounterVec::new(
+                Opts::new(
+                    "skill_events_total",
+                    "Times each skill was advertised in a prompt, read (its SKILL.md) or run (a script), by surface.",
+                ),
+                &["skill", "event", "surface"],
+            )?,
+            outcomes: IntCounterVec::new(
+                Opts::new(
+                    "skill_turn_outcomes_total",
+                    "How the turns that read or ran each skill ended: answer, error, tool_call (the caller's), budget (a bound cut it) or cancelled (the client left), by surface.",
+                ),
+                &["skill", "outcome", "surface"],
+            )?,
+        };
+        registry.register(Box::new(metrics.events.clone()))?;
+        registry.register(Box::new(metrics.outcomes.clone()))?;
+        Ok(metrics)
+    }
+
+    fn update(&self, table: &SkillOutcomes) {
+        for (skill, surface, counts) in table.all() {
+            let surface = surface.as_str();
+            for (event, value) in [("advertised", counts.advertised), ("read", counts.read), ("run", counts.run)] {
+                raise(&self.events.with_label_values(&[skill.as_str(), event, surface]), value);
+            }
+            for outcome in Outcome::ALL {
+                raise(
+                    &self.outcomes.with_label_values(&[skill.as_str(), outcome.as_str(), surface]),
+                    counts.outcome(outcome),
+                );
+            }
+        }
+    }
 }
 
 /// Child agents, copied from the server's counters at scrape time.
@@ -75,7 +122,10 @@ impl AgentMetrics {
 /// Counters only grow: each scrape adds what the source gained since the
 /// last one.
 fn sync(counter: &IntCounter, source: &AtomicU64) {
-    let now = source.load(Ordering::Relaxed);
+    raise(counter, source.load(Ordering::Relaxed));
+}
+
+fn raise(counter: &IntCounter, now: u64) {
     let shown = counter.get();
     if now > shown {
         counter.inc_by(now - shown);
@@ -232,6 +282,7 @@ impl Metrics {
         registry.register(Box::new(batch_sequences_max.clone()))?;
         let upstreams = UpstreamMetrics::new(&registry)?;
         let agents = AgentMetrics::new(&registry)?;
+        let skills = SkillMetrics::new(&registry)?;
         Ok(Metrics {
             registry,
             requests,
@@ -253,6 +304,7 @@ impl Metrics {
             batch_sequences_max,
             upstreams,
             agents,
+            skills,
         })
     }
 
@@ -273,9 +325,10 @@ impl Metrics {
     }
 
     /// The text exposition, with gauges read from the engine at scrape time.
-    pub fn render(&self, status: &ModelStatus, admitted: usize, conversations: usize, agents: &AgentStats) -> String {
+    pub fn render(&self, status: &ModelStatus, admitted: usize, conversations: usize, server: &Server) -> String {
         self.admitted.set(admitted as i64);
-        self.agents.update(agents);
+        self.agents.update(server.agent_stats());
+        self.skills.update(server.skill_outcomes());
         self.conversations.set(conversations as i64);
         match status {
             ModelStatus::Ready { stats, .. } => {

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use skillhost_actors::request::RoundStats;
+use skillhost_actors::request::{RoundStats, Surface};
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{ModelInfo, ToolCall};
 
@@ -103,6 +103,7 @@ const SPELLING: Spelling = Spelling {
     max_tokens: "options.num_predict",
     stop: "options.stop",
     answer_schema: "format",
+    surface: Surface::Ollama,
     ..Spelling::OPENAI
 };
 
@@ -175,6 +176,7 @@ fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiErr
             tool_calls,
             tool_call_id,
             name: message.tool_name,
+            raw: None,
         });
     }
     let wire = ChatCompletionRequest {

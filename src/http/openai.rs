@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use skillhost_actors::request::Surface;
 use skillhost_actors::{ChatFinish, ChatRequest, Usage};
 use skillhost_engine::schema_limits;
 use skillhost_engine::{ChatMessage, ResponseFormat, Role, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
@@ -73,7 +74,15 @@ pub struct WireMessage {
     pub tool_calls: Option<Vec<WireToolCall>>,
     pub tool_call_id: Option<String>,
     pub name: Option<String>,
+    /// An assistant turn's text exactly as the model generated it, calls'
+    /// markup included ([`RAW_FIELD`]): resent, it renders to the same
+    /// prompt bytes the server's KV cache holds.
+    #[serde(default, rename = "skillhost_raw")]
+    pub raw: Option<String>,
 }
+
+/// The extension field of an assistant message that holds its raw text.
+pub const RAW_FIELD: &str = "skillhost_raw";
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged, expecting = "expected a string or a list of content parts")]
@@ -263,6 +272,8 @@ pub struct Spelling {
     pub tool_parameters: &'static str,
     /// Where a JSON schema for the answer goes.
     pub answer_schema: &'static str,
+    /// The surface itself, which the request carries on.
+    pub surface: Surface,
 }
 
 impl Spelling {
@@ -273,6 +284,7 @@ impl Spelling {
         tool: "function.",
         tool_parameters: "parameters",
         answer_schema: "response_format.json_schema.schema",
+        surface: Surface::OpenAi,
     };
 
     fn sampling(&self, name: &str) -> String {
@@ -339,6 +351,17 @@ impl ChatCompletionRequest {
                 }
             }
             message.name = wire.name;
+            if let Some(raw) = wire.raw {
+                if role != Role::Assistant {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{index}].{RAW_FIELD}"),
+                        format!("messages[{index}] has {RAW_FIELD} but only assistant messages can"),
+                    ));
+                }
+                // It is what the prompt repeats for this turn; the content and
+                // calls beside it are what a client shows.
+                message.raw = Some(raw);
+            }
             messages.push(message);
         }
 
@@ -484,6 +507,7 @@ impl ChatCompletionRequest {
                 multi_agent: self.multi_agent,
                 temperature_set: temperature.is_some(),
                 conversation: None,
+                surface: spelling.surface,
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
@@ -531,6 +555,34 @@ pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
     )
 }
 
+/// The turns of our own calls, as OpenAI messages a client can resend:
+/// assistant turns with their calls (and raw text), then the results.
+pub fn server_messages_json(turns: &[ChatMessage]) -> Value {
+    Value::Array(
+        turns
+            .iter()
+            .map(|m| match m.role {
+                Role::Tool => json!({
+                    "role": "tool",
+                    "tool_call_id": m.tool_call_id,
+                    "name": m.name,
+                    "content": m.content,
+                }),
+                _ => {
+                    let mut object = json!({"role": m.role.template_name(), "content": m.content});
+                    if !m.tool_calls.is_empty() {
+                        object["tool_calls"] = tool_calls_json(&m.tool_calls);
+                    }
+                    if let Some(raw) = &m.raw {
+                        object[RAW_FIELD] = json!(raw);
+                    }
+                    object
+                }
+            })
+            .collect(),
+    )
+}
+
 /// The rounds a request took, for the non-streaming response.
 pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
     Value::Array(
@@ -544,6 +596,15 @@ pub fn rounds_json(rounds: &[skillhost_actors::request::RoundStats]) -> Value {
                     "copied_tokens": r.copied_tokens,
                     "generated_tokens": r.generated_tokens,
                     "time_to_first_token_ms": r.time_to_first_token_ms,
+                    "context": {
+                        "system": r.context.system,
+                        "skills": r.context.skills,
+                        "tools": r.context.tools,
+                        "skill_bodies": r.context.skill_bodies,
+                        "tool_results": r.context.tool_results,
+                        "history": r.context.history,
+                    },
+                    "demoted": r.demoted,
                 })
             })
             .collect(),

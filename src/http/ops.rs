@@ -23,12 +23,8 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let server = &state.server;
-    let text = state.metrics.render(
-        &server.status(),
-        state.admission.in_flight(),
-        server.conversations().len(),
-        server.agent_stats(),
-    );
+    let text =
+        state.metrics.render(&server.status(), state.admission.in_flight(), server.conversations().len(), server);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use skillhost_actors::request::Surface;
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{schema_limits, Timings, ToolCall};
 
@@ -124,6 +125,7 @@ fn text_message(role: &str, text: String) -> WireMessage {
         tool_calls: None,
         tool_call_id: None,
         name: None,
+        raw: None,
     }
 }
 
@@ -177,6 +179,7 @@ fn messages_from_items(items: &[Value]) -> Result<Vec<WireMessage>, ApiError> {
                         tool_calls: Some(vec![call]),
                         tool_call_id: None,
                         name: None,
+                        raw: None,
                     }),
                 }
             }
@@ -195,6 +198,7 @@ fn messages_from_items(items: &[Value]) -> Result<Vec<WireMessage>, ApiError> {
                     tool_calls: None,
                     tool_call_id: Some(call_id.to_string()),
                     name: None,
+                    raw: None,
                 });
             }
             // Reasoning from earlier turns is not replayed to the model.
@@ -416,8 +420,13 @@ fn translate(
 /// The Responses API's budget is `max_output_tokens`, its function tools
 /// carry `name` and `parameters` directly, and the answer's schema is
 /// `text.format.schema`.
-const SPELLING: Spelling =
-    Spelling { max_tokens: "max_output_tokens", tool: "", answer_schema: "text.format.schema", ..Spelling::OPENAI };
+const SPELLING: Spelling = Spelling {
+    max_tokens: "max_output_tokens",
+    tool: "",
+    answer_schema: "text.format.schema",
+    surface: Surface::Responses,
+    ..Spelling::OPENAI
+};
 
 fn usage_json(usage: &Usage, timings: &Timings) -> Value {
     json!({

@@ -11,11 +11,13 @@
 //! stands for a bug that crashes the child's loop) (plain strings are the
 //! request's own model's). `agent_limits` and `agents_allow_write` set the
 //! bounds on children; the transcript shows each agent's prompts in turn.
+//! `n_ctx` gives the model a smaller context it enforces, and a scenario's
+//! own `skills/` folder adds skills to the shared ones.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use actix_web::{test, web, App};
+use actix_web::{test, App};
 use serde_json::Value;
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
@@ -23,7 +25,7 @@ use skillhost_actors::model::ModelSource;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
-use crate::http::{configure, metrics::Metrics, AppState};
+use crate::http::{configure, AppState};
 
 fn scenarios_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
@@ -70,20 +72,32 @@ fn loop_settings(script: &Value) -> LoopSettings {
 }
 
 async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
-    let backend = Arc::new(
-        ScriptedBackend::for_agents(
-            script["template"].as_str(),
-            script["architecture"].as_str().unwrap(),
-            8192,
-            outputs(script),
-        )
-        .unwrap(),
-    );
+    // `"n_ctx"` shrinks the context (the budget's scenarios), and the
+    // scripted model then refuses a prompt past it, as the engine does.
+    let n_ctx = script["n_ctx"].as_u64().map_or(8192, |n| n as u32);
+    let backend = ScriptedBackend::for_agents(
+        script["template"].as_str(),
+        script["architecture"].as_str().unwrap(),
+        n_ctx,
+        outputs(script),
+    )
+    .unwrap();
+    let backend = Arc::new(if script["n_ctx"].is_u64() { backend.limiting_context() } else { backend });
+    // The shared skills, and a scenario's own when it has a `skills/` folder.
+    let mut roots = vec![Root { path: dir.parent().unwrap().join("skills"), origin: Origin::Discovered }];
+    if dir.join("skills").is_dir() {
+        roots.push(Root { path: dir.join("skills"), origin: Origin::Discovered });
+    }
     let skills = SkillsConfig {
-        roots: vec![Root { path: dir.parent().unwrap().join("skills"), origin: Origin::Discovered }],
+        roots,
         install_dir: None,
         watch: false,
         poll: None,
+        // `"selected"`: the operator's `--skill` selection.
+        selected: script["selected"]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default(),
     };
     let loop_settings = loop_settings(script);
     let config = ServerConfig {
@@ -95,15 +109,7 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState {
-        server: server.clone(),
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    });
+    let state = AppState::for_tests(server.clone());
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let mut request = request.clone();
     request["stream"] = Value::Bool(stream);
@@ -129,7 +135,9 @@ fn normalize(value: &mut Value) {
         Value::Object(map) => {
             for (key, item) in map.iter_mut() {
                 match key.as_str() {
-                    "id" if item.as_str().is_some_and(|s| s.starts_with("chatcmpl-") || s.starts_with("call_")) => {
+                    "id" | "tool_call_id"
+                        if item.as_str().is_some_and(|s| s.starts_with("chatcmpl-") || s.starts_with("call_")) =>
+                    {
                         *item = Value::String(
                             if item.as_str().unwrap().starts_with("call_") { "call_*" } else { "chatcmpl-*" }.into(),
                         )
@@ -211,4 +219,74 @@ async fn scenarios() {
         check(&dir.join("transcript.txt"), &transcript);
         check(&dir.join("stream.sse"), &sse);
     }
+}
+
+/// A turn that called our tools before the caller's carries those rounds in
+/// `skillhost_messages` and the calls' raw text in `skillhost_raw`; resent
+/// with the caller's result, they render the next prompt so that it starts
+/// with exactly what the first turn left in the KV cache (its last prompt
+/// and the text generated after it).
+#[actix_web::test]
+async fn replayed_server_turns_keep_the_prefix() {
+    let dir = scenarios_dir().join("10-caller-skills-read");
+    let script = |outputs: Vec<&str>| {
+        serde_json::json!({
+            "template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            "architecture": "llama",
+            "max_rounds": 8,
+            "outputs": outputs,
+        })
+    };
+    let read = "<tool_call>\n{\"name\": \"skills_read\",   \"arguments\": {\"skill\": \"notes\"}}\n</tool_call>";
+    let weather =
+        "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":  \"Oslo\"}}\n</tool_call>";
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let mut request = serde_json::json!({
+        "messages": [{"role": "user", "content": "Weather in Oslo, in the house style."}],
+        "skills": ["notes"],
+        "tools": tools,
+        "temperature": 0,
+    });
+    let first = run(&dir, &script(vec![read, weather]), &request, false).await;
+    let answer: Value = serde_json::from_slice(&first.body).unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls", "{answer}");
+    let message = answer["choices"][0]["message"].clone();
+    assert_eq!(message["skillhost_raw"], weather, "{answer}");
+    let replay = answer["skillhost_messages"].as_array().unwrap().clone();
+    assert_eq!(replay.len(), 2, "{answer}");
+    assert_eq!(replay[0]["tool_calls"][0]["function"]["name"], "skills_read");
+    assert_eq!(replay[0]["skillhost_raw"], read);
+    assert_eq!(replay[1]["role"], "tool");
+    assert!(replay[1]["content"].as_str().unwrap().contains("House rules"), "{answer}");
+
+    let call_id = message["tool_calls"][0]["id"].clone();
+    let messages = request["messages"].as_array_mut().unwrap();
+    messages.extend(replay);
+    messages.push(message);
+    messages.push(serde_json::json!({"role": "tool", "tool_call_id": call_id, "content": "Sunny, 21 C."}));
+    let second = run(&dir, &script(vec!["It is sunny in Oslo."]), &request, false).await;
+    let turn_one = &first.prompts[0].1;
+    let cached = format!("{}{weather}", turn_one.last().unwrap());
+    let next = &second.prompts[0].1[0];
+    assert!(
+        next.starts_with(&cached),
+        "the replayed prompt left the cached prefix:\n--- cached\n{cached}\n--- next\n{next}"
+    );
+
+    // Without the raw text the calls are re-rendered, and the prefix breaks
+    // where the model's own spacing was: the field is what keeps it.
+    let mut plain = request.clone();
+    for message in plain["messages"].as_array_mut().unwrap() {
+        message.as_object_mut().unwrap().remove("skillhost_raw");
+    }
+    let third = run(&dir, &script(vec!["It is sunny in Oslo."]), &plain, false).await;
+    assert!(!third.prompts[0].1[0].starts_with(&cached));
+
+    // Only an assistant turn may carry the field.
+    let mut wrong = request.clone();
+    wrong["messages"][0]["skillhost_raw"] = serde_json::json!("x");
+    let refused = run(&dir, &script(vec![]), &wrong, false).await;
+    let error: Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(error["error"]["message"], "messages[0] has skillhost_raw but only assistant messages can", "{error}");
 }

@@ -11,6 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
+use skillhost_actors::skills::outcomes::{Counts, Outcome};
 use skillhost_actors::skills::{path_guard, Changes, FileKind, Origin, Skill, Snapshot};
 use skillhost_actors::SkillsHandle;
 use tokio::io::AsyncWriteExt;
@@ -62,6 +63,11 @@ pub fn skill_json(skill: &Skill, with_instructions: bool) -> Value {
         "compatibility": manifest.compatibility,
         "metadata": manifest.metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
         "allowed_tools": manifest.allowed_tools,
+        // `disable-model-invocation`: never offered to the model unselected.
+        "explicit_only": manifest.disable_model_invocation,
+        "user_invocable": manifest.user_invocable,
+        "argument_hint": manifest.argument_hint,
+        "model": manifest.model,
         "extra": manifest.extra.iter().cloned().collect::<serde_json::Map<_, _>>(),
         "files": skill.files.iter().map(|f| json!({"path": f.path, "bytes": f.bytes, "kind": kind_name(f.kind), "text": f.text})).collect::<Vec<_>>(),
         "bytes": skill.bytes,
@@ -72,6 +78,41 @@ pub fn skill_json(skill: &Skill, with_instructions: bool) -> Value {
     if with_instructions {
         object["instructions"] = json!(manifest.body);
     }
+    object
+}
+
+/// A skill's outcomes by surface, and their totals: how often it was
+/// advertised, read and run, and how the turns that used it ended.
+fn outcomes_json(state: &AppState, id: &str) -> Value {
+    let mut total = Counts::default();
+    let mut by_surface = serde_json::Map::new();
+    let counts_json = |counts: &Counts| {
+        let mut object = json!({"advertised": counts.advertised, "read": counts.read, "run": counts.run});
+        for outcome in Outcome::ALL {
+            object[outcome.as_str()] = json!(counts.outcome(outcome));
+        }
+        object
+    };
+    for (surface, counts) in state.server.skill_outcomes().of(id) {
+        total.advertised += counts.advertised;
+        total.read += counts.read;
+        total.run += counts.run;
+        for (sum, value) in total.outcomes.iter_mut().zip(counts.outcomes) {
+            *sum += value;
+        }
+        by_surface.insert(surface.as_str().to_string(), counts_json(&counts));
+    }
+    let mut object = counts_json(&total);
+    object["by_surface"] = Value::Object(by_surface);
+    object
+}
+
+/// A skill as the `/api` routes show it: with its outcomes, and whether
+/// the operator selected it for every request (`--skill`).
+fn api_skill_json(state: &AppState, skills: &SkillsHandle, skill: &Skill, with_instructions: bool) -> Value {
+    let mut object = skill_json(skill, with_instructions);
+    object["outcomes"] = outcomes_json(state, skill.id());
+    object["selected_by_default"] = json!(skills.selected.iter().any(|id| id == skill.id()));
     object
 }
 
@@ -125,7 +166,7 @@ pub async fn api_list(state: web::Data<AppState>) -> HttpResponse {
             HttpResponse::Ok().json(json!({
                 "enabled": true,
                 "installable": skills.installable,
-                "skills": snapshot.skills.values().map(|s| skill_json(s, false)).collect::<Vec<_>>(),
+                "skills": snapshot.skills.values().map(|s| api_skill_json(&state, skills, s, false)).collect::<Vec<_>>(),
                 "errors": errors_json(&snapshot),
             }))
         }
@@ -135,8 +176,9 @@ pub async fn api_list(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /api/skills/{id}`
 pub async fn api_get(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
-    let skill = lookup(&registry(&state)?.snapshot(), &id)?;
-    Ok(HttpResponse::Ok().json(skill_json(&skill, true)))
+    let skills = registry(&state)?;
+    let skill = lookup(&skills.snapshot(), &id)?;
+    Ok(HttpResponse::Ok().json(api_skill_json(&state, skills, &skill, true)))
 }
 
 /// `GET /api/skills/{id}/files/{path}`: one file, through the path guard.

@@ -169,7 +169,8 @@ impl<E: Encoder> Core<E> {
 
     fn on_event(&mut self, event: ChatEvent) {
         let frames = match event {
-            ChatEvent::Accepted => Vec::new(),
+            // Only a non-streamed answer carries them (see `collect`).
+            ChatEvent::Accepted | ChatEvent::ServerTurns { .. } => Vec::new(),
             ChatEvent::Content(text) => {
                 self.output_started();
                 self.encoder.content(&text)
@@ -279,6 +280,9 @@ pub struct Collected {
     pub rounds: Vec<RoundStats>,
     /// Files code runs left, as `{path, bytes, url}`, the latest of each.
     pub artifacts: Vec<serde_json::Value>,
+    /// With a caller's calls: the turn's rounds of our calls, and the text
+    /// the calls were generated as (see `ChatEvent::ServerTurns`).
+    pub server_turns: Option<(Vec<skillhost_engine::ChatMessage>, String)>,
 }
 
 /// Runs a request to its end, keeping the same metrics a stream keeps.
@@ -289,6 +293,7 @@ pub async fn collect(
     started: Instant,
 ) -> Result<Collected, ApiError> {
     let (mut text, mut reasoning, mut calls, mut artifacts) = (String::new(), String::new(), Vec::new(), Vec::new());
+    let mut server_turns = None;
     let mut first_output = true;
     while let Some(event) = peer.next_event(&mut chat).await {
         let output = matches!(event, ChatEvent::Content(_) | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_));
@@ -308,9 +313,20 @@ pub async fn collect(
             ChatEvent::Reasoning(delta) => reasoning.push_str(&delta),
             ChatEvent::SkillStep(step) => app.metrics.skill_step(&step),
             ChatEvent::ToolCalls(made) => calls.extend(made),
+            ChatEvent::ServerTurns { turns, raw } => server_turns = Some((turns, raw)),
             ChatEvent::Finished { finish, usage, timings, rounds } => {
                 app.metrics.finished(usage.prompt_tokens, &timings);
-                return Ok(Collected { text, reasoning, calls, finish, usage, timings, rounds, artifacts });
+                return Ok(Collected {
+                    text,
+                    reasoning,
+                    calls,
+                    finish,
+                    usage,
+                    timings,
+                    rounds,
+                    artifacts,
+                    server_turns,
+                });
             }
             ChatEvent::Failed(err) => return Err(err.into()),
         }

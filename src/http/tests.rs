@@ -343,6 +343,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         install_dir: None,
         watch: false,
         poll: None,
+        selected: Vec::new(),
     };
     let engine = EngineConfig {
         model_path: model_path(),
@@ -360,15 +361,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
     };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = web::Data::new(AppState {
-        server,
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    });
+    let state = AppState::for_tests(server);
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     // Round 1 is held to a skills_read call by the grammar (the default
     // model's template cannot declare tools, so this is the generic mode).

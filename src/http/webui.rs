@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use skillhost_actors::request::{AgentPhase, AgentUpdate, SkillStep, ToolPhase, ToolProgress};
+use skillhost_actors::request::{AgentPhase, AgentUpdate, SkillStep, Surface, ToolPhase, ToolProgress};
 
 use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model, start};
@@ -93,7 +93,7 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, PlainErr
 }
 
 /// The page spells the token budget in camelCase.
-const SPELLING: Spelling = Spelling { max_tokens: "maxTokens", ..Spelling::OPENAI };
+const SPELLING: Spelling = Spelling { max_tokens: "maxTokens", surface: Surface::WebUi, ..Spelling::OPENAI };
 
 /// The body of `POST /api/chat`.
 #[derive(Debug, Deserialize)]

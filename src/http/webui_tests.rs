@@ -13,7 +13,7 @@ use skillhost_actors::model::ModelSource;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
-use crate::http::{configure, metrics::Metrics, AppState};
+use crate::http::{configure, AppState};
 
 pub(super) const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
@@ -39,20 +39,13 @@ pub(super) async fn state_with_settings(
         install_dir: None,
         watch: false,
         poll: None,
+        selected: Vec::new(),
     });
     let config =
         ServerConfig { model: ModelSource::Provided(backend), skills, loop_settings, exec: None, artifacts: None };
     let server = Server::start(config).await.unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    web::Data::new(AppState {
-        server,
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    })
+    AppState::for_tests(server)
 }
 
 /// The `data:` frames of an SSE body, parsed.

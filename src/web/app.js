@@ -243,8 +243,11 @@ function renderPicker(skills) {
   const before = selectedSkills();
   const options = $('skill-options');
   options.replaceChildren();
-  if (skills.length === 0) options.append(el('span', 'empty', 'No skills are registered.'));
-  for (const skill of skills) {
+  // A skill whose SKILL.md says user-invocable: false is the model's to use,
+  // not the user's to pick.
+  const offered = skills.filter((skill) => skill.user_invocable !== false);
+  if (offered.length === 0) options.append(el('span', 'empty', 'No skills are registered.'));
+  for (const skill of offered) {
     const label = el('label', 'toggle');
     label.title = skill.description ?? '';
     const box = document.createElement('input');
@@ -659,6 +662,14 @@ function skillRow(skill) {
     head.append(remove);
   }
   row.append(head, el('p', 'description', skill.description ?? ''));
+  const marks = [];
+  if (skill.explicit_only) marks.push('explicit use only: offered to the model only when selected');
+  if (skill.user_invocable === false) marks.push('not in the picker');
+  if (skill.selected_by_default) marks.push('selected for every request (--skill)');
+  if (skill.argument_hint) marks.push(`arguments: ${skill.argument_hint}`);
+  if ((skill.allowed_tools ?? []).length) marks.push(`allowed tools once loaded: ${skill.allowed_tools.join(' ')}`);
+  if (marks.length) row.append(el('p', 'skill-marks', marks.join(' · ')));
+  row.append(outcomesLine(skill.outcomes));
   const warnings = skill.warnings ?? [];
   if (warnings.length) {
     const list = el('ul', 'warnings');
@@ -666,6 +677,24 @@ function skillRow(skill) {
     row.append(list);
   }
   return row;
+}
+
+// How the skill has fared since the server started: how often it was
+// advertised, read and run, and how the turns that used it ended.
+function outcomesLine(outcomes) {
+  const line = el('p', 'skill-outcomes');
+  const o = outcomes ?? {};
+  const used = (o.answer ?? 0) + (o.error ?? 0) + (o.tool_call ?? 0) + (o.budget ?? 0) + (o.cancelled ?? 0);
+  const parts = [`advertised ${o.advertised ?? 0}`, `read ${o.read ?? 0}`, `run ${o.run ?? 0}`];
+  if (used) {
+    const ended = [['answer', 'answered'], ['error', 'failed'], ['tool_call', 'ended in a client tool call'], ['budget', 'cut by a limit'], ['cancelled', 'cancelled']]
+      .filter(([key]) => o[key])
+      .map(([key, words]) => `${o[key]} ${words}`);
+    parts.push(`turns that used it: ${ended.join(', ')}`);
+  }
+  line.textContent = parts.join(' · ');
+  line.dataset.outcomes = JSON.stringify({ advertised: o.advertised ?? 0, read: o.read ?? 0, answer: o.answer ?? 0 });
+  return line;
 }
 
 function openSkill(id) {

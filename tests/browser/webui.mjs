@@ -480,6 +480,10 @@ async function run() {
     await page.waitForSelector(bundled);
     check(await page.textContent(`${bundled} .origin`) === 'discovered', 'the bundled skill is not shown as discovered');
     check(await page.locator('[data-delete="skillhost-api"]').count() === 0, 'a discovered skill offers Delete');
+    // Step 3's turn selected it: its outcomes line counts it.
+    const outcomes = JSON.parse(await page.getAttribute(`${bundled} .skill-outcomes`, 'data-outcomes'));
+    check(outcomes.advertised >= 1, `the skills page shows no outcomes for a skill a turn selected: ${JSON.stringify(outcomes)}`);
+    check(/^advertised \d+ · read \d+ · run \d+/.test(await page.textContent(`${bundled} .skill-outcomes`)), 'the outcomes line is not shown');
 
     await page.click('#skills-view [data-open="skillhost-api"]');
     await page.waitForFunction(() => document.getElementById('file-content').textContent.includes('name: skillhost-api'));

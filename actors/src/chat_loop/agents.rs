@@ -542,6 +542,7 @@ async fn spawn(
         conversations: Arc::clone(&state.conversations),
         events,
         agent_stats: Arc::clone(&tree.stats),
+        skill_outcomes: Arc::clone(&state.skill_outcomes),
         seat: Some(ChildSeat {
             id: id.clone(),
             depth,
@@ -700,7 +701,7 @@ pub(super) fn on_child_event(myself: &ActorRef<LoopMsg>, state: &mut LoopState, 
         return;
     }
     match event {
-        ChatEvent::Accepted | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_) => {}
+        ChatEvent::Accepted | ChatEvent::Reasoning(_) | ChatEvent::ToolCalls(_) | ChatEvent::ServerTurns { .. } => {}
         ChatEvent::Content(text) => {
             child.text.push_str(&text);
             if let Some(line) = child.text.lines().rev().find(|l| !l.trim().is_empty()) {

@@ -7,6 +7,7 @@
 //! tools ends the loop and goes back to the caller, unexecuted.
 
 pub mod agents;
+pub mod budget;
 pub mod output;
 mod reasoning;
 
@@ -16,8 +17,8 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use skillhost_engine::{
-    at_idle_priority, ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent, Role,
-    Timings, ToolCall, ToolChoice, ToolDef, LARGE_PROMPT_BYTES,
+    at_idle_priority, ChatMessage, Conversation, EngineError, FinishReason, GenerateRequest, GenerationEvent,
+    PreparedPrompt, Role, Timings, ToolCall, ToolChoice, ToolDef, LARGE_PROMPT_BYTES,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,15 +30,18 @@ use crate::request::{
 };
 use crate::sandbox::actor::{SandboxActor, SandboxMsg};
 use crate::sandbox::ExecRuntime;
+use crate::skills::outcomes::{Outcome, SkillEvent, SkillOutcomes, TurnSkills};
 use crate::skills::prompt::{self, PromptOptions};
 use crate::skills::Snapshot;
 use crate::tools::agents::AgentOp;
+use crate::tools::allowed::Allowed;
 use crate::tools::skills::{self as skill_tools, ToolContext};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
 use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use crate::workspace::conversations::Conversations;
 use crate::workspace::Workspace;
 use agents::{AgentLimits, AgentStats, AgentTree, Agents, ChildSeat};
+use budget::ContextParts;
 use output::RoundOutput;
 
 /// Rounds per turn unless the operator says otherwise.
@@ -137,6 +141,8 @@ pub struct LoopArgs {
     pub events: mpsc::UnboundedSender<ChatEvent>,
     /// The server's agent counters.
     pub agent_stats: Arc<AgentStats>,
+    /// The server's per-skill counts.
+    pub skill_outcomes: Arc<SkillOutcomes>,
     /// Set for a child agent, `None` for a request's own loop.
     pub seat: Option<ChildSeat>,
 }
@@ -150,7 +156,7 @@ pub enum LoopMsg {
     EngineGone,
     /// Sent by the round's tool task: the answers to our calls, in order,
     /// and the calls answered so far that a repeat may point back to.
-    ToolsAnswered(Vec<String>, Vec<Answered>),
+    ToolsAnswered(Vec<String>, Vec<Answered>, Vec<SkillUse>),
     /// Sent by the turn's timer when the turn's time budget is spent.
     TurnTimedOut,
     /// Sent by the round's tool task when a call could not be answered and
@@ -174,6 +180,14 @@ pub struct Answered {
     name: String,
     arguments: serde_json::Map<String, serde_json::Value>,
     round: u32,
+}
+
+/// A skill a round's calls read (its SKILL.md) or ran a script of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkillUse {
+    skill: String,
+    /// Its SKILL.md was read: its `allowed-tools` now apply.
+    loaded: bool,
 }
 
 /// A request's workspace, as the loop holds it.
@@ -260,6 +274,20 @@ pub struct LoopState {
     /// The registry this request saw, which children see too.
     snapshot: Option<Arc<Snapshot>>,
     conversations: Arc<Conversations>,
+    /// The server's per-skill counts.
+    skill_outcomes: Arc<SkillOutcomes>,
+    /// Skills this turn (or child task) read or ran: how it ends is counted
+    /// for each.
+    used_skills: TurnSkills,
+    /// What the skills loaded this turn allow (`allowed-tools`).
+    allowed: Allowed,
+    /// A bound cut the turn short (its rounds or its time).
+    cut: bool,
+    /// Bytes of the skills block at the front of the first message.
+    skills_block_bytes: usize,
+    /// The current round's prompt by part, and what was let go to fit it.
+    round_parts: ContextParts,
+    round_demoted: Vec<String>,
 }
 
 impl LoopState {
@@ -281,12 +309,40 @@ impl LoopState {
     /// Sends the request's last event. The request's own workspace goes
     /// first, so a client that has its answer never finds the folder there.
     async fn end(&mut self, event: ChatEvent) {
+        let outcome = match &event {
+            ChatEvent::Failed(_) => Some(Outcome::Error),
+            ChatEvent::Finished { finish: ChatFinish::ToolCalls, .. } => Some(Outcome::ToolCall),
+            ChatEvent::Finished { finish: ChatFinish::Length, .. } => Some(Outcome::Budget),
+            ChatEvent::Finished { .. } if self.cut => Some(Outcome::Budget),
+            ChatEvent::Finished { .. } => Some(Outcome::Answer),
+            _ => None,
+        };
+        if let Some(outcome) = outcome {
+            self.count_outcome(outcome);
+        }
         if self.workspace.as_ref().is_some_and(|w| w.own) {
             if let Some(workspace) = self.workspace.take() {
                 let _ = workspace.actor.stop_and_wait(None, Some(WORKSPACE_STOP_TIMEOUT)).await;
             }
         }
         self.emit(event);
+    }
+
+    /// Counts how the turn ended for each skill it used, once.
+    fn count_outcome(&mut self, outcome: Outcome) {
+        self.used_skills.end(outcome);
+    }
+
+    /// Takes in the skills a round's calls used.
+    fn take_uses(&mut self, uses: Vec<SkillUse>) {
+        for SkillUse { skill, loaded } in uses {
+            if loaded {
+                let entries =
+                    self.snapshot.as_ref().and_then(|s| s.get(&skill)).map(|s| s.manifest.allowed_tools.clone());
+                self.allowed.load(&skill, &entries.unwrap_or_default());
+            }
+            self.used_skills.insert(skill);
+        }
     }
 
     /// Sends content, separating rounds with a blank line.
@@ -369,8 +425,19 @@ async fn open_workspace(
 
 /// Builds what the loop needs from the request, the registry and the model.
 async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState {
-    let LoopArgs { mut request, backend, skills, settings, exec, artifacts, conversations, events, agent_stats, seat } =
-        args;
+    let LoopArgs {
+        mut request,
+        backend,
+        skills,
+        settings,
+        exec,
+        artifacts,
+        conversations,
+        events,
+        agent_stats,
+        skill_outcomes,
+        seat,
+    } = args;
     let capabilities = backend.info().format.capabilities().clone();
     // A child may use only the tools its parent gave it.
     let given = |name: &str| seat.as_ref().is_none_or(|seat| seat.tools.iter().any(|t| t == name));
@@ -379,6 +446,9 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
     let mut skill_tools = None;
     let mut base_messages = request.messages.clone();
     let mut extra_prompt = None;
+    // Skills whose instructions the prompt carries from the start.
+    let mut inlined = Vec::new();
+    let mut skills_block_bytes = 0;
     // A workspace for the code tools, shared by all rounds of the request.
     // Skill scripts without code tools get a scratch folder per call instead.
     let mut workspace = None;
@@ -421,27 +491,31 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         extra_prompt = Some(tools::CODE_PROMPT.to_string());
     }
     if let Some(snapshot) = skills.clone() {
+        // A caller that brings a tool named like one of ours (its own
+        // skills_read) must not be told to call ours, nor have its calls
+        // answered by us: its request gets its selected skills inlined, no
+        // catalog and none of our skill tools, as a family without tools does.
+        let clash = skill_tools::NAMES.iter().find(|name| caller_tools.contains(**name));
+        if let Some(name) = clash {
+            tracing::warn!(tool = %name, "the caller declares a tool named like a skill tool; its selected skills are inlined, and no catalog or skill tools of ours are offered");
+        }
         let options = PromptOptions {
             discovery: request.skills_discovery.unwrap_or(settings.discovery),
             inline_selected_bodies: settings.inline_selected_bodies,
             allow_exec: settings.allow_exec,
             context_tokens: Some(backend.info().n_ctx),
-            tools: capabilities.tools,
+            tools: capabilities.tools && clash.is_none(),
         };
         let block = prompt::plan(&request.skills, &snapshot, &options);
         base_messages = prompt::apply(&request.messages, &block);
-        if capabilities.tools && !block.reachable.is_empty() {
-            for declaration in
-                skill_tools::declarations(settings.allow_exec, &block.reachable).into_iter().filter(|d| given(&d.name))
-            {
-                // The caller's own tool of the same name wins: it has an
-                // implementation and an expectation we must not shadow.
-                if caller_tools.contains(&declaration.name) {
-                    tracing::warn!(tool = %declaration.name, "the caller declares a tool named like a skill tool; the caller's wins");
-                    continue;
-                }
-                tools.push(declaration);
-            }
+        skills_block_bytes = block.text.len();
+        skill_outcomes.event(&block.advertised, request.surface, SkillEvent::Advertised);
+        skill_outcomes.event(&block.inlined, request.surface, SkillEvent::Read);
+        inlined.clone_from(&block.inlined);
+        if options.tools && !block.reachable.is_empty() {
+            tools.extend(
+                skill_tools::declarations(settings.allow_exec, &block.reachable).into_iter().filter(|d| given(&d.name)),
+            );
             skill_tools = Some(ToolContext {
                 snapshot: Arc::clone(&snapshot),
                 reachable: block.reachable,
@@ -475,7 +549,8 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         tools.extend(tools::agents::declarations(share_skills, share_tools));
     }
     let agent_id = seat.as_ref().map_or_else(|| ROOT_AGENT.to_string(), |seat| seat.id.clone());
-    LoopState {
+    let used_skills = TurnSkills::new(Arc::clone(&skill_outcomes), request.surface);
+    let mut state = LoopState {
         request,
         backend,
         events,
@@ -512,7 +587,17 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         ended_ok: false,
         snapshot: skills,
         conversations,
-    }
+        skill_outcomes,
+        used_skills,
+        allowed: Allowed::default(),
+        cut: false,
+        skills_block_bytes,
+        round_parts: ContextParts::default(),
+        round_demoted: Vec::new(),
+    };
+    // An inlined skill is loaded from the first round.
+    state.take_uses(inlined.into_iter().map(|skill| SkillUse { skill, loaded: true }).collect());
+    state
 }
 
 impl Actor for LoopActor {
@@ -530,6 +615,9 @@ impl Actor for LoopActor {
     async fn post_stop(&self, _myself: ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
         state.relay = None;
         state.tools_task = None;
+        // Stopped before its last event: the client left, or the parent
+        // stopped this child (a killed loop counts it when its state drops).
+        state.count_outcome(Outcome::Cancelled);
         Ok(())
     }
 
@@ -603,9 +691,10 @@ impl Actor for LoopActor {
                 state.end(ChatEvent::Failed(chat_error(EngineError::Stopped))).await;
                 myself.stop(None);
             }
-            LoopMsg::ToolsAnswered(answers, answered) => {
+            LoopMsg::ToolsAnswered(answers, answered, uses) => {
                 state.tools_task = None;
                 state.answered = answered;
+                state.take_uses(uses);
                 if tools_answered(state, answers).await {
                     let _ = myself.cast(LoopMsg::Run);
                 } else {
@@ -643,6 +732,7 @@ impl Actor for LoopActor {
                 }
                 let mut started = true;
                 state.emit_content(note, &mut started);
+                state.cut = true;
                 finish(state, ChatFinish::Length, Timings::default()).await;
                 conclude(&myself, state);
             }
@@ -660,6 +750,8 @@ impl Actor for LoopActor {
                     state.content_sent = false;
                     state.usage = Usage::default();
                     state.answered.clear();
+                    state.allowed = Allowed::default();
+                    state.cut = false;
                     start_timer(&myself, state);
                     let _ = myself.cast(LoopMsg::Run);
                 } else if state.inputs.len() < agents::MAX_QUEUED_INPUTS {
@@ -733,8 +825,6 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         agents.holding = agents.unread();
         agents.held.clear();
     }
-    let mut messages = state.base_messages.clone();
-    messages.extend(state.history.iter().cloned());
     let choice = round_choice(state);
     // With `tool_choice: none` from the caller, only our tools stay visible.
     let tools: Vec<ToolDef> = match (&state.request.tool_choice, &choice) {
@@ -744,30 +834,34 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         }
         _ => state.tools.clone(),
     };
-    let info = Arc::clone(state.backend.info());
-    let parallel_tool_calls = state.request.parallel_tool_calls;
-    let response_format = state.request.response_format.clone();
-    let render = move || {
-        let conversation = Conversation {
-            messages: &messages,
-            tools: &tools,
-            tool_choice: &choice,
-            parallel_tool_calls,
-            response_format: &response_format,
+    // The context budget: past the high-water mark, the loop lets go of one
+    // thing at a time (see `budget`) and renders again.
+    let n_ctx = state.backend.info().n_ctx as usize;
+    state.round_demoted.clear();
+    let prepared = loop {
+        let prepared = render(state, &choice, &tools).await?;
+        let estimate = prepared.text.len().div_ceil(prompt::BYTES_PER_TOKEN);
+        let count = if budget::worth_counting(estimate, n_ctx) {
+            state.backend.count_tokens(prepared.text.clone()).await.unwrap_or(estimate)
+        } else {
+            estimate
         };
-        info.format.prepare(&conversation).map(|prepared| (prepared, tools))
+        if count <= budget::high_water(n_ctx) {
+            break prepared;
+        }
+        match budget::demote_one(&mut state.base_messages, &mut state.history, state.snapshot.as_deref()) {
+            Some(note) => {
+                tracing::info!(agent = %state.agent_id, round = state.round, tokens = count, n_ctx, note = ?note, "context budget: let go of one part");
+                state.round_demoted.push(note);
+                // A result let go is no longer "above" for a repeated call.
+                state.answered.clear();
+            }
+            // Nothing left to let go: the prompt goes as it is, and the
+            // engine refuses it only when it does not fit at all.
+            None => break prepared,
+        }
     };
-    // Rendering megabytes of conversation takes CPU the decoding streams
-    // need: a large one is rendered on a blocking thread at idle priority.
-    let size: usize = state.base_messages.iter().chain(state.history.iter()).map(|m| m.content.len()).sum();
-    let rendered = if size > LARGE_PROMPT_BYTES {
-        tokio::task::spawn_blocking(move || at_idle_priority(render))
-            .await
-            .map_err(|_| ChatError::Engine("rendering the prompt failed".into()))?
-    } else {
-        render()
-    };
-    let (prepared, tools) = rendered.map_err(|err| ChatError::BadRequest(err.to_string()))?;
+    state.round_parts = budget::account(&state.base_messages, &state.history, &tools, state.skills_block_bytes);
     let mut stops = state.request.stop.clone();
     stops.extend(prepared.stops);
     let generate = GenerateRequest {
@@ -788,6 +882,19 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         // the model is told so, in their place, instead of the turn failing.
         Err(EngineError::PromptTooLong { n_prompt, n_ctx }) if shrink_last_results(state, n_prompt, n_ctx) => {
             return Box::pin(start_round(myself, state)).await;
+        }
+        // Counted by estimate, the prompt looked smaller than it is: the
+        // budget lets go of more before the turn gives up.
+        Err(EngineError::PromptTooLong { .. })
+            if budget::demote_one(&mut state.base_messages, &mut state.history, state.snapshot.as_deref()).is_some() =>
+        {
+            state.answered.clear();
+            return Box::pin(start_round(myself, state)).await;
+        }
+        Err(err @ EngineError::PromptTooLong { .. }) => {
+            return Err(ChatError::BadRequest(format!(
+                "{err}, with old tool results, idle skill instructions and earlier turns already left out; send a shorter message or start a new conversation"
+            )))
         }
         Err(err) => return Err(chat_error(err)),
     };
@@ -810,6 +917,37 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         let _ = relay_to.cast(LoopMsg::EngineGone);
     })));
     Ok(())
+}
+
+/// Renders the round's prompt for the model. Rendering megabytes of
+/// conversation takes CPU the decoding streams need: a large one is
+/// rendered on a blocking thread at idle priority.
+async fn render(state: &LoopState, choice: &ToolChoice, tools: &[ToolDef]) -> Result<PreparedPrompt, ChatError> {
+    let mut messages = state.base_messages.clone();
+    messages.extend(state.history.iter().cloned());
+    let info = Arc::clone(state.backend.info());
+    let (tools, choice) = (tools.to_vec(), choice.clone());
+    let parallel_tool_calls = state.request.parallel_tool_calls;
+    let response_format = state.request.response_format.clone();
+    let render = move || {
+        let conversation = Conversation {
+            messages: &messages,
+            tools: &tools,
+            tool_choice: &choice,
+            parallel_tool_calls,
+            response_format: &response_format,
+        };
+        info.format.prepare(&conversation)
+    };
+    let size: usize = state.base_messages.iter().chain(state.history.iter()).map(|m| m.content.len()).sum();
+    let rendered = if size > LARGE_PROMPT_BYTES {
+        tokio::task::spawn_blocking(move || at_idle_priority(render))
+            .await
+            .map_err(|_| ChatError::Engine("rendering the prompt failed".into()))?
+    } else {
+        render()
+    };
+    rendered.map_err(|err| ChatError::BadRequest(err.to_string()))
 }
 
 /// Replaces the tool results of the last round with a note saying they did
@@ -841,7 +979,7 @@ fn shrink_last_results(state: &mut LoopState, n_prompt: usize, n_ctx: usize) -> 
 }
 
 /// How a tool result that did not fit the context begins.
-const TOO_LONG_NOTE: &str = "[Result left out: too long for the context.]";
+pub(crate) const TOO_LONG_NOTE: &str = "[Result left out: too long for the context.]";
 
 /// Generated tokens the turn may still spend; `None` without a budget.
 fn remaining_budget(state: &LoopState) -> Option<u32> {
@@ -886,8 +1024,23 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         copied_tokens: timings.copied_n,
         generated_tokens: timings.predicted_n,
         time_to_first_token_ms: timings.prompt_ms,
+        context: state.round_parts.scaled_to(state.n_prompt),
+        demoted: std::mem::take(&mut state.round_demoted),
     });
-    tracing::debug!(round = state.round, prompt = state.n_prompt, cached = timings.cache_n, "round finished");
+    let parts = state.round_parts.scaled_to(state.n_prompt);
+    tracing::info!(
+        agent = %state.agent_id,
+        round = state.round,
+        prompt = state.n_prompt,
+        cached = timings.cache_n,
+        system = parts.system,
+        skills = parts.skills,
+        tools = parts.tools,
+        skill_bodies = parts.skill_bodies,
+        tool_results = parts.tool_results,
+        history = parts.history,
+        "round finished"
+    );
 
     if state.final_round {
         flush_held(state);
@@ -898,13 +1051,17 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         // The separator is explicit: the note belongs after this round's text.
         started = true;
         state.emit_content(note, &mut started);
+        state.cut = true;
         finish(state, ChatFinish::Stop, timings).await;
         return Next::Done;
     }
 
     let answers_ours = state.skill_tools.is_some() || state.code_tools || state.agents.is_some();
-    let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) =
-        end.calls.into_iter().partition(|call| state.caller_tools.contains(&call.name) || !answers_ours);
+    // A caller's tool that a loaded skill's allowed-tools leaves out is
+    // refused here, like one of ours, instead of going back to the caller.
+    let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) = end.calls.into_iter().partition(|call| {
+        !answers_ours || (state.caller_tools.contains(&call.name) && state.allowed.refusal(&call.name).is_none())
+    });
     if ours.is_empty() && caller.is_empty() {
         if !state.inputs.is_empty() {
             // A child's follow-up came while it answered: it answers that too.
@@ -997,13 +1154,16 @@ fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
         given: state.seat.as_ref().map(|seat| seat.tools.clone()),
         allow_write: state.agents.as_ref().is_some_and(|a| a.tree.allow_write),
         agents_on: state.agents.is_some(),
+        outcomes: Arc::clone(&state.skill_outcomes),
+        surface: state.request.surface,
     };
     let calls = pending.ours.clone();
     let mut answered = state.answered.clone();
+    let mut allowed = state.allowed.clone();
     let reply_to = myself.clone();
     state.tools_task = Some(AbortOnDrop::new(tokio::spawn(async move {
-        let message = match runner.answer_all(&calls, &mut answered).await {
-            Ok(answers) => LoopMsg::ToolsAnswered(answers, answered),
+        let message = match runner.answer_all(&calls, &mut answered, &mut allowed).await {
+            Ok((answers, uses)) => LoopMsg::ToolsAnswered(answers, answered, uses),
             Err(err) => LoopMsg::ToolsFailed(err),
         };
         let _ = reply_to.cast(message);
@@ -1016,6 +1176,10 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
     let Some(PendingCalls { ours, caller, timings }) = state.pending.take() else { return false };
     if !caller.is_empty() {
         // The caller's tools run on the caller's side: the loop ends here.
+        if state.seat.is_none() {
+            let raw = state.output.raw().to_string();
+            state.emit(ChatEvent::ServerTurns { turns: state.history.clone(), raw });
+        }
         state.emit(ChatEvent::ToolCalls(caller));
         finish(state, ChatFinish::ToolCalls, timings).await;
         return false;
@@ -1071,6 +1235,9 @@ struct ToolRunner {
     allow_write: bool,
     /// The coordination tools are answered (delegation is on).
     agents_on: bool,
+    /// The server's per-skill counts, and the surface they are counted under.
+    outcomes: Arc<SkillOutcomes>,
+    surface: crate::request::Surface,
 }
 
 impl ToolRunner {
@@ -1093,8 +1260,17 @@ impl ToolRunner {
 
     /// Answers our calls in order, at most [`MAX_SKILL_CALLS_PER_ROUND`],
     /// and reports each one. A call repeated word for word is answered once.
-    async fn answer_all(&self, calls: &[ToolCall], answered: &mut Vec<Answered>) -> Result<Vec<String>, ChatError> {
+    /// A call outside what a loaded skill allows is refused (`allowed`
+    /// takes in a skill loaded by an earlier call of the round). Returns
+    /// the answers and the skills the calls read or ran.
+    async fn answer_all(
+        &self,
+        calls: &[ToolCall],
+        answered: &mut Vec<Answered>,
+        allowed: &mut Allowed,
+    ) -> Result<(Vec<String>, Vec<SkillUse>), ChatError> {
         let mut texts = Vec::with_capacity(calls.len());
+        let mut uses = Vec::new();
         for (index, call) in calls.iter().enumerate() {
             let arguments = tools::args::arguments(call);
             let earlier_round = answered
@@ -1117,6 +1293,8 @@ impl ToolRunner {
                     "Not run again: this call is identical to call {} of this turn; its result above applies.",
                     earlier + 1
                 ))
+            } else if let Some(refusal) = allowed.refusal(&call.name) {
+                Answer::failed(refusal)
             } else if let Some(round) = earlier_round {
                 Answer::done(format!(
                     "Not run again: this call is identical to one already answered in round {round}, and nothing has changed since; its result above applies. Answer with what you have, or make a different call."
@@ -1136,6 +1314,24 @@ impl ToolRunner {
                 answered.push(Answered { name: call.name.clone(), arguments, round: self.round });
             }
             tracing::info!(tool = ?call.name, skill = ?answer.skill, detail = ?answer.detail, ok = answer.ok, round = self.round, "tool answered");
+            if let (Some(skill), Some(Tool::SkillsRead | Tool::SkillsRun)) = (answer.skill.clone(), tool) {
+                let loaded =
+                    tool == Some(Tool::SkillsRead) && answer.ok && answer.detail.as_deref() == Some("SKILL.md");
+                let ran = tool == Some(Tool::SkillsRun) && answer.detail.is_some();
+                if loaded || ran {
+                    let event = if loaded { SkillEvent::Read } else { SkillEvent::Run };
+                    self.outcomes.event([&skill], self.surface, event);
+                    if loaded {
+                        let entries = self
+                            .skill_tools
+                            .as_ref()
+                            .and_then(|c| c.snapshot.get(&skill))
+                            .map(|s| s.manifest.allowed_tools.clone());
+                        allowed.load(&skill, &entries.unwrap_or_default());
+                    }
+                    uses.push(SkillUse { skill, loaded });
+                }
+            }
             let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));
             if is_skill_tool && repeat_of.is_none() && index < MAX_SKILL_CALLS_PER_ROUND {
                 self.emit(ChatEvent::SkillStep(SkillStep {
@@ -1149,7 +1345,7 @@ impl ToolRunner {
             }
             texts.push(answer.text);
         }
-        Ok(texts)
+        Ok((texts, uses))
     }
 
     /// Answers one call to a tool of ours.

@@ -31,6 +31,8 @@ pub struct SkillsConfig {
     /// Also rescan this often: file events do not report changes another
     /// machine makes on shared storage (NFS).
     pub poll: Option<std::time::Duration>,
+    /// Skills selected for every request that names none (`--skill`).
+    pub selected: Vec<String>,
 }
 
 /// Why a registry change failed.

@@ -15,8 +15,22 @@ pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 /// Longest compatibility note the specification allows, in characters.
 pub const MAX_COMPATIBILITY_CHARS: usize = 500;
 
-/// The keys the Agent Skills specification defines.
-const KNOWN_KEYS: [&str; 6] = ["name", "description", "license", "compatibility", "metadata", "allowed-tools"];
+/// The keys the Agent Skills specification defines, then the governance
+/// keys Claude Code's SKILL.md adds, which skills written for it carry.
+const KNOWN_KEYS: [&str; 10] = [
+    "name",
+    "description",
+    "license",
+    "compatibility",
+    "metadata",
+    "allowed-tools",
+    "disable-model-invocation",
+    "user-invocable",
+    "argument-hint",
+    "model",
+];
+/// Longest argument hint kept, in characters (it is shown in listings).
+pub const MAX_ARGUMENT_HINT_CHARS: usize = 200;
 
 /// A parsed SKILL.md.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,8 +44,21 @@ pub struct Manifest {
     pub compatibility: Option<String>,
     /// String-to-string entries, in the order written.
     pub metadata: Vec<(String, String)>,
-    /// Advisory list of tools the skill expects.
+    /// The tools the skill may use once loaded: enforced for the rest of
+    /// the turn that reads it (see `tools::allowed`).
     pub allowed_tools: Vec<String>,
+    /// `disable-model-invocation: true`: for explicit use only. The model is
+    /// never told of it, nor can it read it, unless a request selects it.
+    pub disable_model_invocation: bool,
+    /// `user-invocable: false`: not offered in the Web UI's picker or the
+    /// chat CLI's `/skill` (the model may still use it).
+    pub user_invocable: bool,
+    /// `argument-hint`: what to type after the skill's name, shown in
+    /// listings; this server passes a skill no arguments of its own.
+    pub argument_hint: Option<String>,
+    /// `model`: the model the skill asks for; this server runs one model,
+    /// so it is reported and not applied.
+    pub model: Option<String>,
     /// Keys the specification does not define, kept as written.
     pub extra: Vec<(String, serde_json::Value)>,
     /// Everything after the closing `---`: the instructions.
@@ -195,6 +222,49 @@ pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, St
         }
     };
 
+    let flag = |key: &str, default: bool, warnings: &mut Vec<String>| match get(key) {
+        None => default,
+        Some(Yaml::Bool(b)) => *b,
+        Some(Yaml::String(text)) if text.trim().eq_ignore_ascii_case("true") => true,
+        Some(Yaml::String(text)) if text.trim().eq_ignore_ascii_case("false") => false,
+        Some(_) => {
+            warnings.push(format!("{key} is not true or false and was ignored"));
+            default
+        }
+    };
+    let disable_model_invocation = flag("disable-model-invocation", false, &mut warnings);
+    let user_invocable = flag("user-invocable", true, &mut warnings);
+    let argument_hint = match get("argument-hint") {
+        None => None,
+        Some(value) => match scalar_text(value) {
+            Some(text) => {
+                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                Some(text.chars().take(MAX_ARGUMENT_HINT_CHARS).collect::<String>())
+            }
+            None => {
+                warnings.push("argument-hint is not text and was ignored".into());
+                None
+            }
+        },
+    };
+    let model = match get("model") {
+        None => None,
+        Some(value) => match scalar_text(value) {
+            Some(text) => {
+                // Claude Code switches models per skill; one server runs one.
+                warnings.push(format!(
+                    "model '{}' does not apply here: this server runs one model for every skill",
+                    text.trim()
+                ));
+                Some(text.trim().to_string())
+            }
+            None => {
+                warnings.push("model is not text and was ignored".into());
+                None
+            }
+        },
+    };
+
     let mut extra = Vec::new();
     for (key, value) in &mapping {
         let key_text = scalar_text(key).unwrap_or_default();
@@ -207,7 +277,21 @@ pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, St
     }
 
     let body = body.strip_prefix("\r\n").or_else(|| body.strip_prefix('\n')).unwrap_or(body).to_string();
-    Ok(Manifest { name, description, license, compatibility, metadata, allowed_tools, extra, body, warnings })
+    Ok(Manifest {
+        name,
+        description,
+        license,
+        compatibility,
+        metadata,
+        allowed_tools,
+        disable_model_invocation,
+        user_invocable,
+        argument_hint,
+        model,
+        extra,
+        body,
+        warnings,
+    })
 }
 
 /// The name to use, with warnings for every deviation.
@@ -389,21 +473,10 @@ mod tests {
         assert_eq!(parsed.license.as_deref(), Some("Apache-2.0"));
         assert_eq!(parsed.metadata, vec![("version".into(), "1.2".into()), ("author".into(), "me".into())]);
         assert_eq!(parsed.allowed_tools, vec!["Bash(git:*)".to_string(), "Read".to_string()]);
-        assert_eq!(
-            parsed.extra,
-            vec![
-                ("disable-model-invocation".to_string(), serde_json::json!(true)),
-                ("argument-hint".to_string(), serde_json::json!("[file]")),
-            ]
-        );
-        assert_eq!(
-            parsed.warnings,
-            vec![
-                "metadata 'build' is not a string and was dropped (quote it to keep it)",
-                "'disable-model-invocation' is not a key the Agent Skills specification defines; it is kept as written",
-                "'argument-hint' is not a key the Agent Skills specification defines; it is kept as written",
-            ]
-        );
+        assert!(parsed.extra.is_empty(), "{:?}", parsed.extra);
+        assert!(parsed.disable_model_invocation && parsed.user_invocable);
+        assert_eq!(parsed.argument_hint.as_deref(), Some("[file]"));
+        assert_eq!(parsed.warnings, vec!["metadata 'build' is not a string and was dropped (quote it to keep it)"]);
         assert_eq!(parsed.body, "# Body\n");
 
         let literal = parse_manifest(&manifest("name: a\ndescription: |\n  line one\n  line two\nallowed-tools:\n  - Read\n  - Write\nmetadata: just text\n"), Some("a"));
@@ -414,6 +487,49 @@ mod tests {
             literal.warnings,
             vec!["metadata is not a mapping of strings to strings and was dropped".to_string()]
         );
+    }
+
+    #[test]
+    fn governance_keys() {
+        let text = manifest(concat!(
+            "name: deploy\ndescription: Ships it.\n",
+            "disable-model-invocation: \"true\"\nuser-invocable: false\n",
+            "model: claude-opus-4\nx-team: infra\n",
+        ));
+        let parsed = parse_manifest(&text, Some("deploy")).unwrap_or_else(|err| panic!("{err}"));
+        assert!(parsed.disable_model_invocation);
+        assert!(!parsed.user_invocable);
+        assert_eq!(parsed.model.as_deref(), Some("claude-opus-4"));
+        // Unknown keys stay in `extra`, as before; the governance keys do not.
+        assert_eq!(parsed.extra, vec![("x-team".to_string(), serde_json::json!("infra"))]);
+        assert_eq!(
+            parsed.warnings,
+            vec![
+                "model 'claude-opus-4' does not apply here: this server runs one model for every skill",
+                "'x-team' is not a key the Agent Skills specification defines; it is kept as written",
+            ]
+        );
+
+        // A flag that is not a boolean is ignored with a warning, not a refusal.
+        let odd = manifest("name: a\ndescription: x\ndisable-model-invocation: sometimes\nuser-invocable: [1]\n");
+        let odd = parse_manifest(&odd, Some("a")).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!odd.disable_model_invocation && odd.user_invocable);
+        assert_eq!(
+            odd.warnings,
+            vec![
+                "disable-model-invocation is not true or false and was ignored",
+                "user-invocable is not true or false and was ignored"
+            ]
+        );
+
+        // The hint is shown in listings: kept on one line, cut at the limit.
+        let at = "h".repeat(MAX_ARGUMENT_HINT_CHARS);
+        let over = format!("{at}h");
+        for (hint, kept) in [(&at, &at), (&over, &at)] {
+            let text = manifest(&format!("name: a\ndescription: x\nargument-hint: {hint}\n"));
+            let parsed = parse_manifest(&text, Some("a")).unwrap_or_else(|err| panic!("{err}"));
+            assert_eq!(parsed.argument_hint.as_ref(), Some(kept));
+        }
     }
 
     #[test]

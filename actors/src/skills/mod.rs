@@ -5,6 +5,7 @@
 pub mod actor;
 pub mod install;
 pub mod manifest;
+pub mod outcomes;
 pub mod path_guard;
 pub mod prompt;
 pub mod registry;

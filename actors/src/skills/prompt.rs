@@ -66,6 +66,8 @@ pub struct Block {
     pub truncated: Vec<String>,
     /// Skills the request can reach through the tools.
     pub reachable: BTreeSet<String>,
+    /// Skills the text names: the selected ones and those the catalog lists.
+    pub advertised: Vec<String>,
 }
 
 fn clamp_tokens(
@@ -120,14 +122,20 @@ pub fn trim_description(text: &str) -> String {
     format!("{}...", at_word.trim_end())
 }
 
-/// Which skills a request can reach: its selection, plus every registered
-/// skill when discovery is on.
+/// Which skills a request can reach: its selection, plus, when discovery is
+/// on, every registered skill the model may invoke on its own (one marked
+/// `disable-model-invocation` is reachable only when selected).
 pub fn reachable(selection: &[String], snapshot: &Snapshot, discovery: bool) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = selection.iter().filter(|id| snapshot.get(id).is_some()).cloned().collect();
     if discovery {
-        out.extend(snapshot.skills.keys().cloned());
+        out.extend(snapshot.skills.values().filter(|s| model_invocable(s)).map(|s| s.id().to_string()));
     }
     out
+}
+
+/// Whether the model may come upon a skill by itself, unselected.
+pub fn model_invocable(skill: &Skill) -> bool {
+    !skill.manifest.disable_model_invocation
 }
 
 const PREAMBLE: &str = "Before choosing a tool, settle what the user is asking for. Use a skill the user names, or one whose description matches the request. If information or a choice you need is missing, ask one focused question and wait for the answer before doing anything that depends on it. When the user answers or confirms, resume the task that was waiting.";
@@ -182,8 +190,12 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
         block.reachable.clear();
     }
     let inline = options.inline_selected_bodies || !options.tools;
-    let others: Vec<&Skill> =
-        snapshot.skills.values().map(|s| s.as_ref()).filter(|s| discovery && !selected.contains(s.id())).collect();
+    let others: Vec<&Skill> = snapshot
+        .skills
+        .values()
+        .map(|s| s.as_ref())
+        .filter(|s| discovery && model_invocable(s) && !selected.contains(s.id()))
+        .collect();
     if selected.is_empty() && others.is_empty() {
         return block;
     }
@@ -197,6 +209,7 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
     text.push_str(WHAT_A_SKILL_IS);
     text.push_str("\n\n");
 
+    block.advertised.extend(selected.iter().map(|id| id.to_string()));
     if !selected.is_empty() {
         text.push_str("### Skills selected for this conversation\n");
         if inline {
@@ -236,6 +249,7 @@ pub fn plan(selection: &[String], snapshot: &Snapshot, options: &PromptOptions) 
                 break;
             }
             catalog.push_str(&line);
+            block.advertised.push(skill.id().to_string());
             listed += 1;
         }
         if listed < others.len() {

@@ -9,6 +9,7 @@
 //! `SandboxActor`; nothing here touches a path with `std::fs`.
 
 pub mod agents;
+pub mod allowed;
 pub mod apply_patch;
 pub mod args;
 pub mod diagnosis;

@@ -43,6 +43,10 @@ pub fn skill_parameter(reachable: &BTreeSet<String>) -> Value {
     json!({"type": "string", "description": "The skill's name.", "enum": reachable.iter().collect::<Vec<_>>()})
 }
 
+/// The skill tools' names: a caller that declares one of them gets none
+/// of ours (see the loop's `prepare_state`).
+pub const NAMES: [&str; 3] = ["skills_list", "skills_read", "skills_run"];
+
 /// The skill tools offered to the model. Parameters are flat scalars:
 /// several chat formats cannot render anything richer.
 pub fn declarations(allow_exec: bool, reachable: &BTreeSet<String>) -> Vec<ToolDef> {
