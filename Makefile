@@ -101,10 +101,11 @@ gpu-deps:
 	esac
 
 # ggml's native build compiles its AMX kernels on CPUs that list AMX, and on
-# a Sapphire Rapids host the engine thread died with SIGILL at the first
-# tile store of the Q4_1 AMX matmul (tinygemm_kernel_amx) although the
-# process holds the kernel's AMX permission. The kernels are left out;
-# AVX-512 and VNNI stay.
+# a Sapphire Rapids host both our engine thread and llama.cpp's own
+# llama-server died with SIGILL at the first tile store of the Q4_1 AMX
+# matmul (tinygemm_kernel_amx), although a small program there runs tile
+# instructions fine. The kernels are left out (here and in
+# scripts/build-llama-server.sh); AVX-512 and VNNI stay.
 ifeq ($(shell uname -m),x86_64)
 NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 export CFLAGS += $(NO_AMX)
