@@ -491,16 +491,7 @@ impl Session {
         for skill in snapshot.skills.values() {
             let manifest = &skill.manifest;
             let mark = if self.selected.iter().any(|id| id == skill.id()) { "[x]" } else { "[ ]" };
-            let mut notes = Vec::new();
-            if manifest.disable_model_invocation {
-                notes.push("explicit use only".to_string());
-            }
-            if !manifest.user_invocable {
-                notes.push("not selectable".to_string());
-            }
-            if let Some(hint) = &manifest.argument_hint {
-                notes.push(format!("arguments: {hint}"));
-            }
+            let notes = manifest.governance_notes();
             let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };
             let description: String = manifest.description.chars().take(100).collect();
             out.push_str(&format!("{mark} {}{notes}: {description}\n", skill.id()));

@@ -39,20 +39,7 @@ fn render_snapshot(config: &SkillsConfig, snapshot: &Snapshot) -> String {
             skill.root.display()
         );
         let _ = writeln!(out, "      {}", skill.manifest.description);
-        let manifest = &skill.manifest;
-        let mut marks = Vec::new();
-        if manifest.disable_model_invocation {
-            marks.push("for explicit use only: the model is offered it only when a request selects it".to_string());
-        }
-        if !manifest.user_invocable {
-            marks.push("not offered for selection in the Web UI or the chat CLI".to_string());
-        }
-        if let Some(hint) = &manifest.argument_hint {
-            marks.push(format!("arguments: {hint}"));
-        }
-        if !manifest.allowed_tools.is_empty() {
-            marks.push(format!("allowed tools once loaded: {}", manifest.allowed_tools.join(" ")));
-        }
+        let marks = skill.manifest.governance_notes();
         for mark in marks {
             let _ = writeln!(out, "      {mark}");
         }

@@ -91,9 +91,10 @@ impl ContextParts {
     }
 }
 
-/// The tokens a prompt may take in a context of `n_ctx`.
-pub fn high_water(n_ctx: usize) -> usize {
-    n_ctx * HIGH_WATER_PERCENT / 100
+/// Whether a prompt of `tokens` stays within the high-water mark of a
+/// context of `n_ctx`.
+pub fn fits(tokens: usize, n_ctx: usize) -> bool {
+    tokens <= n_ctx * HIGH_WATER_PERCENT / 100
 }
 
 /// Whether an estimate is close enough to the mark to count exactly.
@@ -141,9 +142,10 @@ pub fn account(
     skills_block_bytes: usize,
 ) -> ContextParts {
     let mut parts = ContextParts::default();
-    let all: Vec<&ChatMessage> = base.iter().chain(history.iter()).collect();
-    let owned: Vec<ChatMessage> = all.iter().map(|m| (*m).clone()).collect();
-    for (index, message) in all.iter().enumerate() {
+    // A result's call is in the same part of the conversation: the client's
+    // messages or the loop's turns.
+    let all = base.iter().map(|m| (m, base)).chain(history.iter().map(|m| (m, history)));
+    for (index, (message, around)) in all.enumerate() {
         let bytes = message.raw.as_deref().unwrap_or(&message.content).len()
             + message.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
         match message.role {
@@ -152,7 +154,7 @@ pub fn account(
                 parts.skills += tokens(block);
                 parts.system += tokens(bytes - block);
             }
-            Role::Tool if body_of(&owned, message).is_some() => parts.skill_bodies += tokens(bytes),
+            Role::Tool if body_of(around, message).is_some() => parts.skill_bodies += tokens(bytes),
             Role::Tool => parts.tool_results += tokens(bytes),
             _ => parts.history += tokens(bytes),
         }
@@ -348,6 +350,24 @@ mod tests {
             assistant(vec![call("c", "read_file", r#"{"path":"two.txt"}"#)]),
             result("c", "read_file", &"2".repeat(800)),
         ]
+    }
+
+    #[test]
+    fn the_marks_hold_at_their_limit_and_not_one_past() {
+        assert!(fits(850, 1000) && !fits(851, 1000));
+        assert!(!worth_counting(600, 1000) && worth_counting(601, 1000));
+    }
+
+    #[test]
+    fn the_history_note_quotes_at_most_its_limit() {
+        for (length, quoted) in
+            [(SUMMARY_QUOTE_CHARS, SUMMARY_QUOTE_CHARS), (SUMMARY_QUOTE_CHARS + 1, SUMMARY_QUOTE_CHARS)]
+        {
+            let first = "q".repeat(length);
+            let mut base = vec![ChatMessage::new(Role::User, first), ChatMessage::new(Role::User, "Latest.")];
+            let note = demote_oldest_turn(&mut base).unwrap();
+            assert!(note.contains(&format!("“{}”", "q".repeat(quoted))), "{note}");
+        }
     }
 
     #[test]

@@ -155,8 +155,9 @@ pub enum LoopMsg {
     /// Sent by the relay task when the engine's channel closed without a finish.
     EngineGone,
     /// Sent by the round's tool task: the answers to our calls, in order,
-    /// and the calls answered so far that a repeat may point back to.
-    ToolsAnswered(Vec<String>, Vec<Answered>, Vec<SkillUse>),
+    /// the calls answered so far that a repeat may point back to, the
+    /// skills they read or ran, and what the skills loaded so far allow.
+    ToolsAnswered(Vec<String>, Vec<Answered>, Vec<String>, Allowed),
     /// Sent by the turn's timer when the turn's time budget is spent.
     TurnTimedOut,
     /// Sent by the round's tool task when a call could not be answered and
@@ -180,14 +181,6 @@ pub struct Answered {
     name: String,
     arguments: serde_json::Map<String, serde_json::Value>,
     round: u32,
-}
-
-/// A skill a round's calls read (its SKILL.md) or ran a script of.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SkillUse {
-    skill: String,
-    /// Its SKILL.md was read: its `allowed-tools` now apply.
-    loaded: bool,
 }
 
 /// A request's workspace, as the loop holds it.
@@ -318,7 +311,7 @@ impl LoopState {
             _ => None,
         };
         if let Some(outcome) = outcome {
-            self.count_outcome(outcome);
+            self.used_skills.end(outcome);
         }
         if self.workspace.as_ref().is_some_and(|w| w.own) {
             if let Some(workspace) = self.workspace.take() {
@@ -326,23 +319,6 @@ impl LoopState {
             }
         }
         self.emit(event);
-    }
-
-    /// Counts how the turn ended for each skill it used, once.
-    fn count_outcome(&mut self, outcome: Outcome) {
-        self.used_skills.end(outcome);
-    }
-
-    /// Takes in the skills a round's calls used.
-    fn take_uses(&mut self, uses: Vec<SkillUse>) {
-        for SkillUse { skill, loaded } in uses {
-            if loaded {
-                let entries =
-                    self.snapshot.as_ref().and_then(|s| s.get(&skill)).map(|s| s.manifest.allowed_tools.clone());
-                self.allowed.load(&skill, &entries.unwrap_or_default());
-            }
-            self.used_skills.insert(skill);
-        }
     }
 
     /// Sends content, separating rounds with a blank line.
@@ -596,7 +572,10 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         round_demoted: Vec::new(),
     };
     // An inlined skill is loaded from the first round.
-    state.take_uses(inlined.into_iter().map(|skill| SkillUse { skill, loaded: true }).collect());
+    for skill in inlined {
+        state.allowed.load_from(state.snapshot.as_deref(), &skill);
+        state.used_skills.insert(skill);
+    }
     state
 }
 
@@ -615,9 +594,6 @@ impl Actor for LoopActor {
     async fn post_stop(&self, _myself: ActorRef<LoopMsg>, state: &mut LoopState) -> Result<(), ActorProcessingErr> {
         state.relay = None;
         state.tools_task = None;
-        // Stopped before its last event: the client left, or the parent
-        // stopped this child (a killed loop counts it when its state drops).
-        state.count_outcome(Outcome::Cancelled);
         Ok(())
     }
 
@@ -691,10 +667,11 @@ impl Actor for LoopActor {
                 state.end(ChatEvent::Failed(chat_error(EngineError::Stopped))).await;
                 myself.stop(None);
             }
-            LoopMsg::ToolsAnswered(answers, answered, uses) => {
+            LoopMsg::ToolsAnswered(answers, answered, used, allowed) => {
                 state.tools_task = None;
                 state.answered = answered;
-                state.take_uses(uses);
+                state.allowed = allowed;
+                used.into_iter().for_each(|skill| state.used_skills.insert(skill));
                 if tools_answered(state, answers).await {
                     let _ = myself.cast(LoopMsg::Run);
                 } else {
@@ -846,7 +823,7 @@ async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopState) -> Resul
         } else {
             estimate
         };
-        if count <= budget::high_water(n_ctx) {
+        if budget::fits(count, n_ctx) {
             break prepared;
         }
         match budget::demote_one(&mut state.base_messages, &mut state.history, state.snapshot.as_deref()) {
@@ -1163,7 +1140,7 @@ fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
     let reply_to = myself.clone();
     state.tools_task = Some(AbortOnDrop::new(tokio::spawn(async move {
         let message = match runner.answer_all(&calls, &mut answered, &mut allowed).await {
-            Ok((answers, uses)) => LoopMsg::ToolsAnswered(answers, answered, uses),
+            Ok((answers, used)) => LoopMsg::ToolsAnswered(answers, answered, used, allowed),
             Err(err) => LoopMsg::ToolsFailed(err),
         };
         let _ = reply_to.cast(message);
@@ -1268,7 +1245,7 @@ impl ToolRunner {
         calls: &[ToolCall],
         answered: &mut Vec<Answered>,
         allowed: &mut Allowed,
-    ) -> Result<(Vec<String>, Vec<SkillUse>), ChatError> {
+    ) -> Result<(Vec<String>, Vec<String>), ChatError> {
         let mut texts = Vec::with_capacity(calls.len());
         let mut uses = Vec::new();
         for (index, call) in calls.iter().enumerate() {
@@ -1322,14 +1299,9 @@ impl ToolRunner {
                     let event = if loaded { SkillEvent::Read } else { SkillEvent::Run };
                     self.outcomes.event([&skill], self.surface, event);
                     if loaded {
-                        let entries = self
-                            .skill_tools
-                            .as_ref()
-                            .and_then(|c| c.snapshot.get(&skill))
-                            .map(|s| s.manifest.allowed_tools.clone());
-                        allowed.load(&skill, &entries.unwrap_or_default());
+                        allowed.load_from(self.skill_tools.as_ref().map(|c| c.snapshot.as_ref()), &skill);
                     }
-                    uses.push(SkillUse { skill, loaded });
+                    uses.push(skill);
                 }
             }
             let is_skill_tool = matches!(tool, Some(Tool::SkillsList | Tool::SkillsRead | Tool::SkillsRun));

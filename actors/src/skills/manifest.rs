@@ -67,6 +67,27 @@ pub struct Manifest {
     pub warnings: Vec<String>,
 }
 
+impl Manifest {
+    /// What the governance keys say, one short phrase each, for the
+    /// listings an operator or a user reads (`list-skills`, `/skills`).
+    pub fn governance_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.disable_model_invocation {
+            notes.push("explicit use only".to_string());
+        }
+        if !self.user_invocable {
+            notes.push("not selectable".to_string());
+        }
+        if let Some(hint) = &self.argument_hint {
+            notes.push(format!("arguments: {hint}"));
+        }
+        if !self.allowed_tools.is_empty() {
+            notes.push(format!("allowed tools once loaded: {}", self.allowed_tools.join(" ")));
+        }
+        notes
+    }
+}
+
 /// Whether `name` is a legal skill name: 1–64 of `a-z`, `0-9` and single
 /// hyphens, not starting or ending with a hyphen.
 pub fn is_valid_name(name: &str) -> bool {
@@ -500,6 +521,7 @@ mod tests {
         assert!(parsed.disable_model_invocation);
         assert!(!parsed.user_invocable);
         assert_eq!(parsed.model.as_deref(), Some("claude-opus-4"));
+        assert_eq!(parsed.governance_notes(), vec!["explicit use only", "not selectable"]);
         // Unknown keys stay in `extra`, as before; the governance keys do not.
         assert_eq!(parsed.extra, vec![("x-team".to_string(), serde_json::json!("infra"))]);
         assert_eq!(

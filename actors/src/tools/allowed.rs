@@ -56,6 +56,13 @@ impl Allowed {
         self.skills.push((skill.to_string(), entries.to_vec()));
     }
 
+    /// Takes in a loaded skill by id, with the list its SKILL.md declares.
+    pub fn load_from(&mut self, snapshot: Option<&crate::skills::Snapshot>, skill: &str) {
+        if let Some(found) = snapshot.and_then(|s| s.get(skill)) {
+            self.load(skill, &found.manifest.allowed_tools);
+        }
+    }
+
     /// Whether any loaded skill restricts the tools.
     pub fn restricts(&self) -> bool {
         !self.skills.is_empty()
