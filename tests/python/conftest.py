@@ -2,7 +2,9 @@
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -19,18 +21,45 @@ GEMMA_MODEL = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
 START_TIMEOUT_S = 180
 
 
+def child_env():
+    """This process's environment without any SKILLHOST_* variable: each one
+    sets a flag (a temperature, a config file, a skills folder, a system
+    message), so one left in the caller's shell would change what a test's
+    model is asked, and so what it answers, on that host only."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("SKILLHOST_")}
+
+
+def names_flag(args, flag):
+    return any(arg == flag or arg.startswith(flag + "=") for arg in args)
+
+
 class RunningServer:
     def __init__(self, args):
         for path in (BINARY, DEFAULT_MODEL):
             if not path.exists():
                 pytest.fail(f"{path} is missing: run `make test` (it builds and fetches everything)")
         self.log = []
+        # Without a folder named, the registry would also read the host's
+        # install folder ($XDG_DATA_HOME/skillhost/skills, or
+        # /var/lib/skillhost/skills as root) and every .agents/skills from
+        # the working directory up to its Git root, and whatever skills a
+        # host has installed would enter every prompt. Each server gets an
+        # empty install folder and runs in a folder of its own that holds a
+        # `.git` marker, so discovery stops there (even where the temp
+        # folder sits inside a repository) and finds nothing. Every path the
+        # tests pass is absolute, so the working directory changes nothing else.
+        self.home = Path(tempfile.mkdtemp(prefix="skillhost-test-server-"))
+        (self.home / ".git").mkdir()
+        if not names_flag(args, "--skills-install-dir"):
+            (self.home / "installed").mkdir()
+            args = [*args, "--skills-install-dir", str(self.home / "installed")]
         self.process = subprocess.Popen(
             [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "RUST_LOG": "info,llama-cpp-2=warn"},
+            cwd=self.home,
+            env={**child_env(), "RUST_LOG": "info,llama-cpp-2=warn"},
         )
         self._listening = threading.Event()
         self.url = None
@@ -75,6 +104,8 @@ class RunningServer:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

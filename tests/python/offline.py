@@ -14,10 +14,12 @@ As a module it is the part that runs inside the namespace:
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 REQUEST_LINE = re.compile(rb"^(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (\S+) HTTP/1\.[01]\r\n")
@@ -67,14 +69,40 @@ class Bridge:
             server = socket.create_connection((self.host, self.port))
             _join(client, server, self.requests)
 
-    def run(self, command, **kwargs):
+    def run(self, command, until=None, timeout=None, **kwargs):
         """Runs `command` in a new network namespace that reaches only the
-        server; returns the CompletedProcess and what the namespace had."""
+        server; returns the CompletedProcess and what the namespace had.
+
+        With `until`, a function of the lines printed so far and the requests
+        carried so far, the command is killed (its whole process group) as
+        soon as that holds: a test of what the model cannot decide stops
+        before the rounds that the model does decide."""
         unshare = ["unshare", "--net"]
         if os.geteuid() != 0:
             unshare.append("--map-root-user")
         relay = [sys.executable, __file__, str(self.port), str(self.path), "--"]
-        return subprocess.run([*unshare, "--", *relay, *command], capture_output=True, text=True, **kwargs)
+        full = [*unshare, "--", *relay, *command]
+        if until is None:
+            return subprocess.run(full, capture_output=True, text=True, timeout=timeout, **kwargs)
+        process = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True, **kwargs)
+        out, err = [], []
+        readers = [threading.Thread(target=lambda s=s, into=into: into.extend(s), daemon=True)
+                   for s, into in ((process.stdout, out), (process.stderr, err))]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + (timeout or 600)
+        while process.poll() is None and not until(list(out), list(self.requests)):
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(full, timeout, "".join(out), "".join(err))
+            time.sleep(0.1)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        for reader in readers:
+            reader.join(5)
+        return subprocess.CompletedProcess(full, process.returncode, "".join(out), "".join(err))
 
     def close(self):
         self._listener.close()

@@ -36,7 +36,11 @@ def test_a_forced_shell_call_runs_and_its_folder_is_deleted(start_server):
         "tool_choice": {"type": "function", "function": {"name": "shell"}},
         "parallel_tool_calls": False,
         "temperature": 0,
-        "max_tokens": 48,
+        # The budget is the turn's, all rounds together. The forced call's
+        # command is the model's to write, and a call cut by the budget never
+        # runs: this one leaves room for a long command and a round after it,
+        # while still bounding what the free rounds write.
+        "max_tokens": 256,
     }
     response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600)
     assert response.status_code == 200, response.text

@@ -76,7 +76,9 @@ def test_a_disconnected_stream_frees_its_slot(start_server):
     assert server.metric("skillhost_active_slots") == 0
 
     # The only slot serves the next request.
-    connection, response = post(server.url, {"messages": [SYSTEM, {"role": "user", "content": "Hi"}], "max_tokens": 8})
+    connection, response = post(
+        server.url, {"messages": [SYSTEM, {"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0}
+    )
     body = json.loads(response.read())
     connection.close()
     assert response.status == 200, body
