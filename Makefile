@@ -16,17 +16,27 @@ FEATURES := $(if $(GPU),--features $(GPU))
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
 
-.PHONY: run test bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
+.PHONY: run test test-rust test-python test-web bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
 
 run: deps model build
 	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
 
-# The upstream tests front real llama-servers: the one `make bench` builds
-# and caches under ~/.cache/skillhost (built here when it is missing).
-test: deps test-models $(VENV)/.installed browser-deps agent-deps code-deps llama-server lb-deps lint
+# Every suite runs to its end (lint, rust, python, web), each phase's result
+# and time are printed, and the run fails at the end if any failed; see
+# scripts/test-suites.sh. The upstream tests front real llama-servers: the
+# one `make bench` builds and caches under ~/.cache/skillhost (built here
+# when it is missing).
+test:
+	MAKE="$(MAKE)" scripts/test-suites.sh
+
+# One suite alone (the installs are `make test`'s first phase).
+test-rust:
 	$(CARGO) test --release --workspace
-	$(CARGO) build --release
+
+test-python: build
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python
+
+test-web: build
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) node $(BROWSER_TESTS)/webui.mjs
 
 lint:
