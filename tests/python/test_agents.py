@@ -287,6 +287,8 @@ def test_claude_code_answers_a_tool_use_the_server_forced(greedy_server, tmp_pat
     blocks, events = stream_blocks(result.stdout)
     uses = [block for kind, block in blocks if kind == "assistant" and block["type"] == "tool_use"]
     results = [block for kind, block in blocks if kind == "user" and block["type"] == "tool_result"]
-    assert uses and uses[0]["name"] == "Bash", events
-    assert [r["tool_use_id"] for r in results][:1] == [uses[0]["id"]], events
+    # How many calls the round holds is the model's (it may repeat the
+    # forced one); each is a Bash call, and each result answers one of them.
+    assert uses and all(use["name"] == "Bash" for use in uses), events
+    assert results and {r["tool_use_id"] for r in results} <= {use["id"] for use in uses}, events
     assert bridge.requests[:2] == ["POST /v1/messages?beta=true"] * 2, bridge.requests
