@@ -60,12 +60,19 @@ pub fn need(method: &Method, path: &str) -> Need {
 }
 
 /// Routes that start generation: each holds an admission place until its
-/// response (streamed or not) is finished.
+/// response (streamed or not) is finished. Every surface that starts a turn
+/// is here, so none waits unbounded behind the others' queue.
 fn starts_work(method: &Method, path: &str) -> bool {
     *method == Method::POST
         && matches!(
             path,
-            "/v1/chat/completions" | "/chat/completions" | "/api/chat" | "/api/chat/ollama" | "/ollama/api/chat"
+            "/v1/chat/completions"
+                | "/chat/completions"
+                | "/v1/responses"
+                | "/v1/messages"
+                | "/api/chat"
+                | "/api/chat/ollama"
+                | "/ollama/api/chat"
         )
 }
 
@@ -419,7 +426,11 @@ pub async fn gate(
         return Ok(next.call(request).await?.map_into_boxed_body());
     };
     let access = &state.access;
-    let path = request.path().to_string();
+    // The path the router will match, never the raw one: actix decodes
+    // percent-encoded characters (all but `%`, `/` and `+`) before it
+    // routes, so `/api/skill%73` runs `/api/skills`. Judged by the raw
+    // spelling, that request would pass as an unknown route.
+    let path = request.match_info().as_str().to_string();
     let method = request.method().clone();
     let style = style_for(&path);
     let refuse = |request: ServiceRequest, err: ApiError| {

@@ -410,3 +410,159 @@ async fn admission_refuses_past_the_queue_and_gives_places_back() {
     assert_eq!(state.admission.in_flight(), 0);
     assert_eq!(send(&app, "POST", "/v1/chat/completions", &stream, &[]).await.0, 200);
 }
+
+/// `path` with the letters at the positions `pick` chooses percent-encoded,
+/// in upper or lower case hex as `upper` says: a spelling the router decodes
+/// back to `path`.
+fn encoded(path: &str, pick: impl Fn(usize) -> bool, upper: bool) -> String {
+    path.char_indices()
+        .map(|(at, c)| match c {
+            c if c.is_ascii_alphanumeric() && pick(at) => {
+                if upper {
+                    format!("%{:02X}", c as u32)
+                } else {
+                    format!("%{:02x}", c as u32)
+                }
+            }
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The spellings a client can send for `path`: encoded letters (one, every
+/// other, all), `//`, `/./`, a trailing slash, `..`, mixed case, a query.
+fn spellings(path: &str) -> Vec<String> {
+    let last_letter = path.rfind(|c: char| c.is_ascii_alphabetic()).unwrap_or(0);
+    let first_slash = path[1..].find('/').map_or(path.len(), |at| at + 1);
+    vec![
+        encoded(path, |at| at == last_letter, false),
+        encoded(path, |at| at % 2 == 0, true),
+        encoded(path, |_| true, false),
+        path.replacen('/', "//", 1),
+        format!("/.{path}"),
+        format!("{path}/"),
+        format!("{}/x/..{}", &path[..first_slash], &path[first_slash..]),
+        path.to_uppercase(),
+        format!("{path}?a=1&b=%2F"),
+    ]
+}
+
+// Regression: the gate judged the raw path while the router ran the decoded
+// one, so `POST /api/skill%73` installed a skill with a user key (issue 26).
+#[actix_web::test]
+async fn every_spelling_of_every_route_is_refused_as_the_plain_spelling_is() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(keyed(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let bearer = |key: &str| format!("Bearer {key}");
+    let (user, wrong, metrics) = (bearer(USER_KEY), bearer("sk-nope"), bearer(METRICS_KEY));
+    for (method, uri, body, need) in routes() {
+        for (who, headers) in [
+            ("no key", vec![]),
+            ("wrong key", vec![("authorization", wrong.as_str())]),
+            ("user key", vec![("authorization", user.as_str())]),
+            ("metrics key", vec![("authorization", metrics.as_str())]),
+        ] {
+            let allowed = match (need, who) {
+                (Need::Open, _) => true,
+                (Need::Metrics, w) => w == "metrics key",
+                (Need::User, w) => w == "user key",
+                (Need::Admin, _) => false,
+            };
+            if allowed {
+                continue;
+            }
+            let plain = send(&app, method, uri, &body, &headers).await.0;
+            assert!(matches!(plain, 401 | 403), "{who} {method} {uri}: {plain}");
+            for spelling in spellings(uri) {
+                let (status, _, response) = send(&app, method, &spelling, &body, &headers).await;
+                assert!(
+                    status == plain || status == 400 || status == 404,
+                    "{who} {method} {spelling} (plain {uri}: {plain}): {status} {}",
+                    String::from_utf8_lossy(&response)
+                );
+            }
+        }
+    }
+    // Nothing was installed or deleted without the admin key.
+    assert!(!install.path().join("gate-check").exists());
+    assert!(std::fs::read_dir(install.path()).unwrap().next().is_none());
+}
+
+/// Encodings of every route drawn at random (seeded, so a failure names one
+/// that can be sent again): a key that the plain spelling refuses is refused
+/// for every encoding of it too.
+#[actix_web::test]
+async fn generated_encodings_of_every_route_never_widen_a_key() {
+    use rand::{Rng, SeedableRng};
+    const ENCODINGS_PER_ROUTE: usize = 24;
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(keyed(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let user = format!("Bearer {USER_KEY}");
+    let mut random = rand::rngs::StdRng::seed_from_u64(26);
+    for (method, uri, body, need) in routes() {
+        // The user key is what an attacker holds; without any key, the
+        // user routes are closed too.
+        let cases: &[(&str, Vec<(&str, &str)>)] = match need {
+            Need::Open => continue,
+            Need::Admin | Need::Metrics => &[("user key", vec![("authorization", user.as_str())]), ("no key", vec![])],
+            Need::User => &[("no key", vec![])],
+        };
+        for (who, headers) in cases {
+            let plain = send(&app, method, uri, &body, headers).await.0;
+            for _ in 0..ENCODINGS_PER_ROUTE {
+                let picks: Vec<bool> = uri.chars().map(|_| random.random_bool(0.5)).collect();
+                let spelling = encoded(uri, |at| picks[at], random.random_bool(0.5));
+                let status = send(&app, method, &spelling, &body, headers).await.0;
+                assert!(status == plain || status == 404, "{who} {method} {spelling} (plain {uri}: {plain}): {status}");
+            }
+        }
+    }
+    assert!(std::fs::read_dir(install.path()).unwrap().next().is_none());
+}
+
+// Regression: only the chat-completions spellings took an admission place
+// and needed JSON, so `/v1/messages`, `/v1/responses` and an encoded chat
+// path waited unbounded behind a full queue (issue 26).
+#[actix_web::test]
+async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(AccessConfig::default(), LOOPBACK, Admission::new(1, 0), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let chat = br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}"#.to_vec();
+    let held = test::call_service(
+        &app,
+        test::TestRequest::post()
+            .uri("/v1/chat/completions")
+            .insert_header(("content-type", "application/json"))
+            .set_payload(chat.clone())
+            .to_request(),
+    )
+    .await;
+    assert_eq!(held.status().as_u16(), 200);
+    let turns: Vec<(&str, &[u8])> = vec![
+        ("/v1/chat/completions", &chat),
+        ("/v1/chat/completion%73", &chat),
+        ("/chat/completions", &chat),
+        ("/v1/messages", &chat),
+        ("/v1/me%73sages", &chat),
+        ("/v1/responses", br#"{"input": "hi", "max_output_tokens": 4}"#),
+        ("/v1/respon%73es", br#"{"input": "hi", "max_output_tokens": 4}"#),
+        ("/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "maxTokens": 4}"#),
+        ("/api/chat/ollama", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
+        ("/ollama/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
+    ];
+    for (uri, body) in &turns {
+        let json = Some(("application/json", body.to_vec()));
+        let (status, _, response) = send(&app, "POST", uri, &json, &[]).await;
+        assert_eq!(status, 503, "{uri}: {}", String::from_utf8_lossy(&response));
+    }
+    drop(held);
+    assert_eq!(state.admission.in_flight(), 0);
+    for (uri, body) in &turns {
+        let text = Some(("text/plain", body.to_vec()));
+        let (status, _, response) = send(&app, "POST", uri, &text, &[]).await;
+        assert_eq!(status, 415, "{uri}: {}", String::from_utf8_lossy(&response));
+    }
+}

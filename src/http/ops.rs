@@ -61,8 +61,9 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiEr
     })))
 }
 
+/// The error shape of the path as the router and the gate read it.
 fn style_for(request: &HttpRequest) -> ErrorStyle {
-    crate::http::access::style_for(request.path())
+    crate::http::access::style_for(request.match_info().as_str())
 }
 
 /// Any route that does not exist.
