@@ -31,7 +31,7 @@ test:
 
 # One suite alone (the installs are `make test`'s first phase).
 test-rust:
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --no-fail-fast
 
 test-python: build
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python

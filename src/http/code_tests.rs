@@ -194,7 +194,10 @@ async fn shell_recoveries_and_state_across_calls() {
         call("shell", json!({"command": "cat missing.txt"})),
         call("shell", json!({"command": "python -c 'print(6*7)'"})),
         call("shell", json!({"command": "sleep 30", "timeout_ms": 1000})),
-        call("shell", json!({"command": "cd /tmp"})),
+        // `/`, not `/tmp`: the sandbox shows /tmp only where the test's
+        // TMPDIR lies under it, and a command must leave the folder on
+        // every host (with TMPDIR=/var/tmp/... `cd /tmp` failed).
+        call("shell", json!({"command": "cd /"})),
         call("shell", json!({"command": "rm -f \"$HOME/.skillhost/state.sh\"; exit 0"})),
         "done".to_string(),
     ];
@@ -226,7 +229,7 @@ async fn shell_recoveries_and_state_across_calls() {
     // lost state are said too.
     assert!(last.contains("made > f.txt\n[exit status 0]\nWorking directory is now sub."), "{last}");
     assert_eq!(last.matches("Working directory is now sub.").count(), 1, "{last}");
-    assert!(last.contains("$ cd /tmp\n[exit status 0]\nWorking directory is now the top of the working folder: the command ended outside it"), "{last}");
+    assert!(last.contains("$ cd /\n[exit status 0]\nWorking directory is now the top of the working folder: the command ended outside it"), "{last}");
     assert!(last.contains("[exit status 0]\nThe shell's state was reset"), "{last}");
     assert_eq!(workspaces(harness.base.path()), 0);
 }
