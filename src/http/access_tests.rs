@@ -204,6 +204,17 @@ fn message(uri: &str, body: &[u8]) -> String {
     }
 }
 
+/// Whether the caller `who` (as the key tables name it) may use a route
+/// that needs `need`.
+fn allowed(need: Need, who: &str) -> bool {
+    match need {
+        Need::Open => true,
+        Need::Metrics => who == "metrics key",
+        Need::User => who.starts_with("user key") || who == "admin key",
+        Need::Admin => who == "admin key",
+    }
+}
+
 #[actix_web::test]
 async fn every_route_against_every_key() {
     let install = tempfile::tempdir().unwrap();
@@ -221,13 +232,7 @@ async fn every_route_against_every_key() {
             ("metrics key", vec![("authorization", metrics.as_str())]),
         ] {
             let (status, response_headers, response) = send(&app, method, uri, &body, &headers).await;
-            let allowed = match (need, who) {
-                (Need::Open, _) => true,
-                (Need::Metrics, w) => w == "metrics key",
-                (Need::User, w) => w.starts_with("user key") || w == "admin key",
-                (Need::Admin, w) => w == "admin key",
-            };
-            if allowed {
+            if allowed(need, who) {
                 assert!(
                     status < 400 || status == 404,
                     "{who} {method} {uri}: {status} {}",
@@ -463,13 +468,7 @@ async fn every_spelling_of_every_route_is_refused_as_the_plain_spelling_is() {
             ("user key", vec![("authorization", user.as_str())]),
             ("metrics key", vec![("authorization", metrics.as_str())]),
         ] {
-            let allowed = match (need, who) {
-                (Need::Open, _) => true,
-                (Need::Metrics, w) => w == "metrics key",
-                (Need::User, w) => w == "user key",
-                (Need::Admin, _) => false,
-            };
-            if allowed {
+            if allowed(need, who) {
                 continue;
             }
             let plain = send(&app, method, uri, &body, &headers).await.0;
