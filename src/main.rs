@@ -305,10 +305,7 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
         }
         None => tracing::warn!("interpreters: no python3 found in {}", SEARCH_PATH.join(":")),
     }
-    let install = match &exec.install {
-        Some(install) => Some(Arc::new(install_settings(install, &interpreters).await?)),
-        None => None,
-    };
+    let install = exec.install.as_ref().map(|install| Arc::new(install_settings(install, &interpreters)));
     // The operator's CA bundles, checked now: a bad one stops start-up.
     let ca_bundle = match exec.ca_bundles.is_empty() {
         true => None,
@@ -349,14 +346,11 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
     Ok((Some(runtime), Some(artifacts), owned))
 }
 
-/// Starts the install proxy and says in the log what the installer may do.
-async fn install_settings(install: &InstallConfig, interpreters: &Interpreters) -> Result<InstallSettings, String> {
-    let egress = Egress::start(install.domains.clone())
-        .await
-        .map_err(|err| format!("--code-exec-allow-install: cannot start the install proxy on 127.0.0.1: {err}"))?;
+/// The install proxy's policy, and in the log what the installer may do.
+fn install_settings(install: &InstallConfig, interpreters: &Interpreters) -> InstallSettings {
+    let egress = Egress::new(install.domains.clone());
     let npm = SEARCH_PATH.iter().map(|dir| std::path::Path::new(dir).join("npm")).find(|p| p.is_file());
     tracing::info!(
-        proxy = %egress.url(),
         index = install.python_index,
         registry = install.npm_registry,
         "capability: the host installs packages for shell commands (--code-exec-allow-install), reaching only {}",
@@ -371,14 +365,14 @@ async fn install_settings(install: &InstallConfig, interpreters: &Interpreters) 
             SEARCH_PATH.join(":")
         );
     }
-    Ok(InstallSettings {
+    InstallSettings {
         allowed: true,
         packages: install.packages.clone(),
         python_index: install.python_index.clone(),
         npm_registry: install.npm_registry.clone(),
-        proxy: Some(egress.url()),
+        proxy: Some(egress),
         npm,
-    })
+    }
 }
 
 /// SIGHUP (what `systemctl reload` sends): re-read the key files and

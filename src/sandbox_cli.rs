@@ -233,6 +233,8 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
         command: &command,
         env: &env,
         read: &[],
+        start_in: None,
+        proxy: None,
         timeout: Duration::MAX,
     };
     let status = launcher.command(&run).status().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;

@@ -64,6 +64,14 @@ pub struct SandboxExecArgs {
     /// Run without the sandbox (the operator's explicit choice)
     #[arg(long)]
     pub unconfined: bool,
+    /// Start in this folder directly inside the working folder instead of
+    /// its top (one name; a link there is refused)
+    #[arg(long)]
+    pub start_in: Option<String>,
+    /// An inherited Unix socket: give the command a network of its own and
+    /// send the server a listener made in it, for the install proxy
+    #[arg(long)]
+    pub proxy_channel: Option<i32>,
     /// User id to run as when started as root (the workspace's own)
     #[arg(long)]
     pub uid: Option<u32>,
@@ -121,12 +129,21 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
         std::env::set_var(name, value);
     }
     set_limits(&profile.limits)?;
+    if let Some(fd) = args.proxy_channel {
+        // Before the drop: as root the namespace needs no user namespace.
+        // SAFETY: the server passed this descriptor for this alone.
+        let channel = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+        skillhost_actors::sandbox::private_net::make_and_hand_over(channel)?;
+    }
     if let Some((uid, gid)) = owner {
         drop_privileges(uid, gid)?;
     }
     // Made as the sandbox user, so whatever is already at that name (a
     // link a command left) reaches nothing that user could not.
     let _ = std::fs::DirBuilder::new().mode(0o700).create(".tmp");
+    if let Some(name) = &args.start_in {
+        enter_folder(name, &workspace)?;
+    }
     // No descriptor of this process but 0-2 may reach the command.
     close_inherited_descriptors();
 
@@ -166,7 +183,9 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     for (name, _) in &args.env {
         allow(Exception::Environment(name.clone()))?;
     }
-    if args.allow_network {
+    // With a network of its own, the command keeps it: birdcage would
+    // otherwise replace it with an empty one.
+    if args.allow_network || args.proxy_channel.is_some() {
         allow(Exception::Networking)?;
     }
     // birdcage leaves its own exit-status pipe open in the process it
@@ -217,6 +236,23 @@ fn close_inherited_descriptors() {
         // (the directory listing's own) fails harmlessly.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+}
+
+/// Moves into `name`, one folder directly inside the working folder
+/// (already the current one), opened without following a link.
+fn enter_folder(name: &str, workspace: &Path) -> Result<(), String> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(format!("--start-in takes one folder name, not '{name}'"));
+    }
+    let flags = rustix::fs::OFlags::RDONLY
+        | rustix::fs::OFlags::DIRECTORY
+        | rustix::fs::OFlags::NOFOLLOW
+        | rustix::fs::OFlags::CLOEXEC;
+    let folder = rustix::fs::openat(rustix::fs::CWD, name, flags, rustix::fs::Mode::empty())
+        .map_err(|err| format!("cannot open the start folder {name}: {err}"))?;
+    rustix::process::fchdir(&folder).map_err(|err| format!("cannot enter the start folder {name}: {err}"))?;
+    std::env::set_var("PWD", workspace.join(name));
+    Ok(())
 }
 
 /// Started as root, the uid and gid commands run as: given by the server

@@ -198,3 +198,85 @@ fn doctor_reports_everything_confined() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("Everything is confined."), "{text}");
 }
+
+/// What a program in the installer's network sees, printed one fact a line.
+const NETWORK_PROBE: &str = r#"
+import socket, sys, urllib.request
+api, origin = int(sys.argv[1]), int(sys.argv[2])
+try:
+    socket.create_connection(("127.0.0.1", api), 2).close()
+    print("api: reached")
+except OSError:
+    print("api: unreachable")
+names = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:])
+print("interfaces:", ",".join(names))
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": "http://127.0.0.1:3128"}))
+print("through the proxy:", opener.open(f"http://127.0.0.1:{origin}/hello", timeout=10).read().decode())
+try:
+    opener.open(f"http://api.invalid:{api}/health", timeout=10)
+except urllib.error.HTTPError as err:
+    print("other hosts:", err.code)
+"#;
+
+/// The installer's network (`--proxy-channel`): only a loopback interface,
+/// where the install proxy listens; the server's port on the host's
+/// loopback is not there, and the proxy forwards only to its hosts.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_installers_network_reaches_its_proxy_and_nothing_else() {
+    use skillhost_actors::sandbox::egress::Egress;
+    use skillhost_actors::sandbox::launch::{Launcher, Run};
+    let setup = setup();
+    // Stands for the server's own port: nothing may connect to it.
+    let api = TcpListener::bind("127.0.0.1:0").unwrap();
+    api.set_nonblocking(true).unwrap();
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_port = origin.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut stream in origin.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+        }
+    });
+    let egress = Egress::new(vec!["127.0.0.1".into()]);
+    let launcher = Launcher {
+        helper: BINARY.into(),
+        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        cgroups: None,
+    };
+    // As root the command runs as a leased uid, as a server's would.
+    let pool = unsafe_is_root().then(|| {
+        skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE).unwrap()
+    });
+    let lease = pool.as_ref().map(|pool| pool.lease().unwrap());
+    let api_port = api.local_addr().unwrap().port().to_string();
+    let command: Vec<String> =
+        ["/usr/bin/python3", "-c", NETWORK_PROBE, &api_port, &origin_port.to_string()].map(String::from).into();
+    for unconfined in [false, true] {
+        let run = Run {
+            profile: "code-exec",
+            workspace: &setup.workspace,
+            owner: lease.as_ref().map(|l| (l.uid(), l.uid())),
+            skill: None,
+            network: false,
+            unconfined,
+            command: &command,
+            env: &[],
+            read: &[],
+            start_in: None,
+            proxy: Some(&egress),
+            timeout: Duration::from_secs(60),
+        };
+        let ran = launcher.run(&run).await.unwrap();
+        assert_eq!(ran.exit_code, Some(0), "unconfined={unconfined}: {ran:?}");
+        assert_eq!(
+            ran.stdout, "api: unreachable\ninterfaces: lo\nthrough the proxy: hello\nother hosts: 403\n",
+            "unconfined={unconfined}: {}",
+            ran.stderr
+        );
+        assert!(api.accept().is_err(), "nothing connected to the server's port");
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!((egress.stats().forwarded.load(Relaxed), egress.stats().refused.load(Relaxed)), (2, 2));
+}

@@ -66,6 +66,8 @@ pub fn run() {
         command: &command,
         env: &[],
         read: &[],
+        start_in: None,
+        proxy: None,
         timeout: Duration::from_secs(10),
     };
     let start = |mut command: Command| {

@@ -18,7 +18,6 @@ use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
 use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::tools::install::InstallSettings;
 use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
@@ -27,24 +26,24 @@ use crate::http::{configure, metrics::Metrics, AppState};
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 /// The real `skillhost` binary, which cargo builds next to the test binaries.
-fn helper() -> PathBuf {
+pub(super) fn helper() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let binary = exe.parent().and_then(Path::parent).unwrap().join("skillhost");
     assert!(binary.exists(), "{} is missing: cargo builds it for the integration tests", binary.display());
     binary
 }
 
-fn call(name: &str, arguments: Value) -> String {
+pub(super) fn call(name: &str, arguments: Value) -> String {
     format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": arguments}))
 }
 
-struct Harness {
-    state: web::Data<AppState>,
-    backend: Arc<ScriptedBackend>,
-    base: tempfile::TempDir,
+pub(super) struct Harness {
+    pub(super) state: web::Data<AppState>,
+    pub(super) backend: Arc<ScriptedBackend>,
+    pub(super) base: tempfile::TempDir,
 }
 
-async fn harness(outputs: Vec<String>) -> Harness {
+pub(super) async fn harness(outputs: Vec<String>) -> Harness {
     harness_with(outputs, None, true, false).await
 }
 
@@ -67,7 +66,7 @@ async fn harness_settings(
 
 /// [`harness_settings`], with the way commands run changed by `tweak` (the
 /// installer, the network grants).
-async fn harness_exec(
+pub(super) async fn harness_exec(
     outputs: Vec<ScriptedOutput>,
     skills: Option<PathBuf>,
     code_exec: bool,
@@ -117,7 +116,7 @@ async fn harness_exec(
 }
 
 /// One non-streamed chat request of `content` to the harness's server.
-async fn ask(harness: &Harness, content: &str) -> Value {
+pub(super) async fn ask(harness: &Harness, content: &str) -> Value {
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": content}]});
     let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
@@ -585,117 +584,9 @@ async fn a_failure_the_sandbox_caused_is_named_as_such() {
     assert!(!bug.contains("the code is not at fault"), "{last}");
 }
 
-/// Serves the files under `root` over HTTP on 127.0.0.1 (a folder's
-/// `index.html` or `index.json`), one request per connection: the
-/// package index and npm registry of the install tests.
-async fn serve_folder(root: PathBuf) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let root = root.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let text = String::from_utf8_lossy(&head);
-                let path = text.split(' ').nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_string();
-                // A folder answers with its index page (pip) or document (npm).
-                let mut file = root.join(path.trim_start_matches('/'));
-                if file.is_dir() {
-                    file =
-                        ["index.html", "index.json"].iter().map(|n| file.join(n)).find(|f| f.exists()).unwrap_or(file);
-                }
-                let reply = match std::fs::read(&file).ok().filter(|_| !path.contains("..")) {
-                    Some(body) => {
-                        let kind = match file.extension().and_then(|e| e.to_str()) {
-                            Some("html") => "text/html",
-                            Some("json") => "application/json",
-                            _ => "application/octet-stream",
-                        };
-                        let mut reply = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                            body.len()
-                        )
-                        .into_bytes();
-                        reply.extend(body);
-                        reply
-                    }
-                    None => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
-                };
-                let _ = stream.write_all(&reply).await;
-            });
-        }
-    });
-    addr
-}
-
-/// Zips `tests/packages/<folder>` into a wheel of `name` 1.0 under
-/// `index/simple/<name>/`, with the index pages pip reads.
-fn publish_wheel(index: &Path, folder: &str, name: &str) {
-    use std::io::Write;
-    let module = name.replace('-', "_");
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages").join(folder).join(&module);
-    let dist_info = format!("{module}-1.0.dist-info");
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&source)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| (format!("{module}/{}", p.file_name().unwrap().to_string_lossy()), std::fs::read(&p).unwrap()))
-        .collect();
-    files.push((
-        format!("{dist_info}/METADATA"),
-        format!("Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n").into_bytes(),
-    ));
-    files.push((
-        format!("{dist_info}/WHEEL"),
-        b"Wheel-Version: 1.0\nGenerator: skillhost-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec(),
-    ));
-    let mut record: String = files.iter().map(|(path, _)| format!("{path},,\n")).collect();
-    record.push_str(&format!("{dist_info}/RECORD,,\n"));
-    files.push((format!("{dist_info}/RECORD"), record.into_bytes()));
-    let folder = index.join("simple").join(name);
-    std::fs::create_dir_all(&folder).unwrap();
-    let wheel = format!("{module}-1.0-py3-none-any.whl");
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(folder.join(&wheel)).unwrap());
-    for (path, bytes) in files {
-        zip.start_file(path, zip::write::SimpleFileOptions::default()).unwrap();
-        zip.write_all(&bytes).unwrap();
-    }
-    zip.finish().unwrap();
-    std::fs::write(folder.join("index.html"), format!("<a href=\"{wheel}\">{wheel}</a>\n")).unwrap();
-}
-
-/// Packs `tests/packages/<name>` (version 1.0.0) with `npm pack` into a
-/// registry under `registry/`, as `base` will serve it.
-fn publish_npm(registry: &Path, base: &str, name: &str) {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packages").join(name);
-    let folder = registry.join(name).join("-");
-    std::fs::create_dir_all(&folder).unwrap();
-    let packed = Command::new("npm")
-        .args(["pack", "--silent", "--ignore-scripts", "--pack-destination"])
-        .arg(&folder)
-        .arg(&source)
-        .env("npm_config_cache", registry.join(".npm-cache"))
-        .output()
-        .expect("npm is installed for the install tests");
-    assert!(packed.status.success(), "npm pack: {}", String::from_utf8_lossy(&packed.stderr));
-    let tarball = format!("{name}-1.0.0.tgz");
-    let mut manifest: Value = serde_json::from_slice(&std::fs::read(source.join("package.json")).unwrap()).unwrap();
-    manifest["dist"] = json!({"tarball": format!("{base}/{name}/-/{tarball}")});
-    let packument = json!({"name": name, "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": manifest}});
-    // npm asks for /<name>: the folder's document.
-    std::fs::write(registry.join(name).join("index.json"), packument.to_string()).unwrap();
-}
-
 /// A skill `name` with one script, `scripts/<script>` holding `code`, in
 /// a root under `base` that the sandbox users can read.
-fn one_script_skill(base: &Path, name: &str, script: &str, code: &str) -> PathBuf {
+pub(super) fn one_script_skill(base: &Path, name: &str, script: &str, code: &str) -> PathBuf {
     let skills = base.join("skills");
     let skill = skills.join(name);
     std::fs::create_dir_all(skill.join("scripts")).unwrap();
@@ -706,163 +597,6 @@ fn one_script_skill(base: &Path, name: &str, script: &str, code: &str) -> PathBu
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     skills
-}
-
-#[actix_web::test]
-async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
-    let packages = tempfile::tempdir().unwrap();
-    let index = packages.path().join("index");
-    publish_wheel(&index, "skillhost-probe", "skillhost-probe");
-    publish_wheel(&index, "skillhost-extra", "skillhost-extra");
-    let addr = serve_folder(packages.path().to_path_buf()).await;
-    for name in ["skillhost-probe-js", "skillhost-scripted-js"] {
-        publish_npm(&packages.path().join("npm"), &format!("http://{addr}/npm"), name);
-    }
-    // A host folder anyone may write, which a link in the workspace names:
-    // an installer that followed it outside the sandbox would fill it.
-    let host = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(host.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let skills_base = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let skills = one_script_skill(
-        skills_base.path(),
-        "use-probe",
-        "greet.py",
-        "import skillhost_probe\nprint('script says', skillhost_probe.greet())\n",
-    );
-    std::fs::write(packages.path().join("requirements.txt"), "skillhost-probe\n").unwrap();
-    // The proxy lets the installer reach the test's own server and nothing else.
-    let egress = skillhost_actors::sandbox::egress::Egress::start(vec!["127.0.0.1".into()]).await.unwrap();
-    let interpreters = skillhost_actors::sandbox::interpreters::Interpreters::detect();
-    let install = InstallSettings {
-        allowed: true,
-        packages: Vec::new(),
-        python_index: format!("http://{addr}/index/simple"),
-        npm_registry: format!("http://{addr}/npm/"),
-        proxy: Some(egress.url()),
-        npm: skillhost_actors::sandbox::interpreters::SEARCH_PATH
-            .iter()
-            .map(|dir| Path::new(dir).join("npm"))
-            .find(|p| p.is_file()),
-    };
-    assert!(interpreters.python().is_some(), "the install test needs python3");
-    let outputs = vec![
-        call("shell", json!({"command": "echo \"$PYTHONUSERBASE|$NODE_PATH|$TMPDIR|$PATH\""})),
-        call(
-            "shell",
-            json!({"command": "pip install skillhost-probe 2>&1 | tail -1 && python -c 'import skillhost_probe; print(skillhost_probe.greet())'"}),
-        ),
-        // A later call and a skill's script find what the host installed.
-        call(
-            "shell",
-            json!({"command": "python3 -c 'import skillhost_probe; print(\"later:\", skillhost_probe.greet())'"}),
-        ),
-        call("skills_run", json!({"skill": "use-probe", "path": "scripts/greet.py"})),
-        call("shell", json!({"command": "python3 -c 'import skillhost_extra; print(skillhost_extra.VALUE)'"})),
-        call(
-            "shell",
-            json!({"command": "npm install skillhost-probe-js && node -e \"console.log(require('skillhost-probe-js').greet())\""}),
-        ),
-        // Install scripts never run.
-        call(
-            "shell",
-            json!({"command": "npm install skillhost-scripted-js && ls PREINSTALL_RAN POSTINSTALL_RAN node_modules/skillhost-scripted-js/index.js"}),
-        ),
-        // The workspace's package folder is a link to a host folder: the
-        // install fails inside the sandbox and writes nothing there.
-        call(
-            "shell",
-            json!({"command": format!("rm -rf .local && ln -s {} .local && echo linked", host.path().display())}),
-        ),
-        call("shell", json!({"command": "pip install skillhost-extra"})),
-        call("shell", json!({"command": "rm -f .local && echo unlinked"})),
-        // A requirements file that is a link to a host file is refused, not read.
-        call("shell", json!({"command": "ln -sf /etc/passwd req.txt && echo planted"})),
-        call("shell", json!({"command": "pip install -r req.txt"})),
-        call("shell", json!({"command": "pip install -i https://pypi.invalid/simple skillhost-probe && echo ran"})),
-        call("shell", json!({"command": "pip install skillhost-absent && echo ran"})),
-        call("shell", json!({"command": "python3 -c 'import skillhost_absent'"})),
-        "done".to_string(),
-    ];
-    let settings = LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
-    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
-    let harness =
-        harness_exec(outputs, Some(skills), true, settings, |exec| exec.install = Some(Arc::new(install))).await;
-    let response = ask(&harness, "Install and use the probes.").await;
-    assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
-    // What the host installed is not something the model produced.
-    let artifacts = response["artifacts"].as_array().cloned().unwrap_or_default();
-    assert!(artifacts.is_empty(), "{artifacts:?}");
-    let last = harness.backend.prompts().pop().unwrap();
-    // The declaration says so, and names the interpreters.
-    assert!(last.contains("The host itself performs `pip install NAME`"), "{last}");
-    assert!(last.contains("On this host: Python 3."), "{last}");
-    let result = |marker: &str| {
-        let at = last.find(marker).unwrap_or_else(|| panic!("{marker} is not in {last}"));
-        last[at..].split("<|im_end|>").next().unwrap().to_string()
-    };
-    // The workspace's own folders come first and hold the packages.
-    let env = result("$ echo");
-    // (Paths inside the workspace come back relative to it.)
-    assert!(env.contains(".local|") && env.contains("/node_modules|") && env.contains("/.tmp|"), "{env}");
-    assert!(env.contains(".local/bin:node_modules/.bin:"), "{env}");
-    // An install, read out of the line and replaced by `true`: the rest ran offline.
-    let probe = result("$ pip install skillhost-probe 2>&1");
-    assert!(
-        probe.contains("[the host ran pip install skillhost-probe: Successfully installed skillhost-probe-1.0]"),
-        "{probe}"
-    );
-    assert!(probe.contains("hello from the probe") && probe.contains("[exit status 0]"), "{probe}");
-    let later = result("$ python3 -c 'import skillhost_probe; print(\"later:\"");
-    assert!(later.contains("later: hello from the probe"), "{later}");
-    let script = result("[skills_run: scripts/greet.py]");
-    assert!(script.contains("script says hello from the probe"), "{script}");
-    let scripted = result("$ npm install skillhost-scripted-js");
-    assert!(scripted.contains("[the host ran npm install skillhost-scripted-js:"), "{scripted}");
-    assert!(
-        scripted.contains("PREINSTALL_RAN': No such file") && scripted.contains("POSTINSTALL_RAN': No such file"),
-        "{scripted}"
-    );
-    assert!(scripted.contains("node_modules/skillhost-scripted-js/index.js"), "{scripted}");
-    let linked = result("$ pip install skillhost-extra\n");
-    assert!(linked.contains("the host's install failed"), "{linked}");
-    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "the installer wrote through a link: {linked}");
-    let linked_requirements = result("$ pip install -r req.txt");
-    assert!(
-        linked_requirements.contains("[not run]") && !linked_requirements.contains("root:"),
-        "{linked_requirements}"
-    );
-    // A missing import, installed and the same command run again in one call.
-    let extra = result("$ python3 -c 'import skillhost_extra");
-    assert!(extra.contains("skillhost_extra was missing, so the host installed skillhost_extra"), "{extra}");
-    assert!(extra.contains("the extra package is here") && extra.contains("[exit status 0]"), "{extra}");
-    let js = result("$ npm install skillhost-probe-js");
-    assert!(js.contains("[the host ran npm install skillhost-probe-js:"), "{js}");
-    assert!(js.contains("hello from the js probe") && js.contains("[exit status 0]"), "{js}");
-    // Refused by name, and nothing after it ran.
-    let other_index = result("$ pip install -i https://pypi.invalid");
-    assert!(other_index.contains("[not run] `pip install -i` changes where packages come from"), "{other_index}");
-    assert!(!other_index.contains("\nran"), "{other_index}");
-    let absent = result("$ pip install skillhost-absent");
-    assert!(absent.contains("the host's install failed, so nothing after it on the line ran"), "{absent}");
-    assert!(absent.contains("The index has no wheel of skillhost-absent"), "{absent}");
-    assert!(!absent.contains("\nran\n"), "{absent}");
-    let unfound = result("$ python3 -c 'import skillhost_absent'");
-    assert!(unfound.contains("the host's install of skillhost_absent failed"), "{unfound}");
-    assert!(unfound.contains("ModuleNotFoundError"), "the command's own output follows: {unfound}");
-    use std::sync::atomic::Ordering::Relaxed;
-    assert_eq!(egress.stats().refused.load(Relaxed), 0, "the installer only asked for the test's server");
-    assert!(egress.stats().forwarded.load(Relaxed) >= 4);
-}
-
-#[actix_web::test]
-async fn with_installs_off_an_install_is_refused_in_one_sentence() {
-    let outputs = vec![call("shell", json!({"command": "pip install PyYAML && echo ran"})), "done".to_string()];
-    let harness = harness(outputs).await;
-    ask(&harness, "Install it.").await;
-    let last = harness.backend.prompts().pop().unwrap();
-    assert!(last.contains("[not run] Installing packages is not enabled on this server (the operator can allow it with --code-exec-allow-install)"), "{last}");
-    assert!(!last.contains("\nran"), "{last}");
 }
 
 #[actix_web::test]

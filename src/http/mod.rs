@@ -200,6 +200,9 @@ mod scenarios;
 mod code_tests;
 
 #[cfg(test)]
+mod install_tests;
+
+#[cfg(test)]
 mod webui_tests;
 
 #[cfg(test)]

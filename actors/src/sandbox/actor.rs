@@ -32,8 +32,9 @@ pub enum Purpose {
     /// of a module the code imported): confined and offline like a command.
     Probe,
     /// A package install the host built from the model's request: confined
-    /// like a command (so the installer writes only the workspace), with
-    /// the network, which [`Job::env`] points at the install proxy.
+    /// like a command (so the installer writes only the workspace), with no
+    /// network but a namespace of its own whose one way out is the install
+    /// proxy ([`Job::proxy`]).
     Install,
 }
 
@@ -43,8 +44,8 @@ impl Purpose {
         match self {
             Purpose::Shell => settings.shell_network,
             Purpose::Script => settings.skills_network,
-            Purpose::SyntaxCheck | Purpose::Probe => false,
-            Purpose::Install => true,
+            // The installer reaches the proxy through a network of its own.
+            Purpose::SyntaxCheck | Purpose::Probe | Purpose::Install => false,
         }
     }
 }
@@ -60,8 +61,13 @@ pub struct Job {
     /// A skill folder it may read.
     pub skill: Option<PathBuf>,
     pub command: Vec<String>,
-    /// Variables on top of the workspace's own environment.
+    /// Variables on top of the workspace's own environment (for an
+    /// install, instead of it).
     pub env: Vec<(String, String)>,
+    /// A folder directly inside the workspace to start in.
+    pub start_in: Option<String>,
+    /// The install proxy, for a run in a network of its own.
+    pub proxy: Option<super::egress::Egress>,
     pub timeout: Duration,
 }
 
@@ -215,19 +221,23 @@ async fn run_job(
     // model left in `.local` would otherwise run with that network. (Its
     // hostile test is in src/http/code_tests.rs.)
     let isolated = job.purpose == Purpose::Script && network && !settings.shell_network;
-    let mut env = match isolated {
+    let mut env = match (isolated, job.purpose) {
         // HOME is the workspace, so Python's default user site is its
         // `.local` too: switched off.
-        true => vec![("PYTHONNOUSERSITE".to_string(), "1".to_string())],
-        false => super::workspace_environment(&job.workspace, settings.interpreters.python()),
+        (true, _) => vec![("PYTHONNOUSERSITE".to_string(), "1".to_string())],
+        // The installer gets only what the host sets for it: the workspace's
+        // variables name folders the model writes (PYTHONPATH, NODE_PATH),
+        // which the installer must not import from.
+        (false, Purpose::Install) => Vec::new(),
+        (false, _) => super::workspace_environment(&job.workspace, settings.interpreters.python()),
     };
-    if network && job.purpose != Purpose::Install {
+    if network {
         env.extend(settings.proxy_env.iter().cloned());
     }
     env.extend(job.env.iter().cloned());
     // The CA snapshot, for what may reach the network: read-only, at the
     // server's own path.
-    let read: Vec<PathBuf> = match (&settings.ca_bundle, network) {
+    let read: Vec<PathBuf> = match (&settings.ca_bundle, network || job.proxy.is_some()) {
         (Some(snapshot), true) => {
             let value = snapshot.display().to_string();
             env.extend(super::ca::CA_VARIABLES.iter().map(|name| (name.to_string(), value.clone())));
@@ -245,6 +255,8 @@ async fn run_job(
         command: &job.command,
         env: &env,
         read: &read,
+        start_in: job.start_in.as_deref(),
+        proxy: job.proxy.as_ref(),
         timeout: job.timeout,
     };
     settings.launcher.run_with(&run, started).await.map_err(|err| format!("The command did not run: {err}."))

@@ -42,6 +42,8 @@ pub async fn checks(launcher: &Launcher, scratch: &Path, owner: Option<(u32, u32
             command: &command,
             env: &[],
             read: &[],
+            start_in: None,
+            proxy: None,
             timeout: Duration::from_secs(30),
         };
         let check = match launcher.run(&run).await {

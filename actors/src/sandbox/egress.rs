@@ -1,5 +1,5 @@
-//! The install proxy: an HTTP proxy on 127.0.0.1 that the host's package
-//! installer is pointed at, which forwards only to the hosts the operator
+//! The install proxy: the one way out of the network namespace the host's
+//! package installer runs in, which forwards only to the hosts the operator
 //! named (`--code-exec-install-domains`) and refuses the rest with a 403.
 //!
 //! It bounds what the installer the host starts (pip, npm: host-chosen
@@ -8,17 +8,24 @@
 //! sandbox's network is all or nothing, so this is only offered to the
 //! installer, never to a command.
 //!
+//! There is no port on the host's network. Each install gets a namespace of
+//! its own holding only a loopback interface, and the sandbox helper hands
+//! the server a listening socket made in it ([`Egress::serve`]): only that
+//! install can connect, so the listener itself is the install's credential,
+//! and it is dropped when the install ends. Each listener serves at most
+//! [`MAX_CONNECTIONS`] connections at once (the rest wait in its backlog),
+//! and a relay that carries nothing for [`IDLE_TIMEOUT`] is closed.
+//!
 //! Both proxy forms are served: `CONNECT host:port` (https, then bytes are
 //! relayed as they are) and an absolute-form request (`GET http://host/…`,
 //! plain http), which is rewritten to origin form and sent with
 //! `Connection: close`, so one connection never carries a request to a
 //! second host.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Largest request head the proxy reads before refusing it.
@@ -26,12 +33,20 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// How long a client has to send its request head, and the proxy to reach
 /// the host it names.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections one install's listener serves at once; more wait their turn.
+pub const MAX_CONNECTIONS: usize = 16;
+/// A relay with no byte in either direction for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The port the installer's proxy listens on inside its own namespace,
+/// where nothing else listens: the same on every install.
+pub const NAMESPACE_PORT: u16 = 3128;
 
-/// A running proxy; it serves until the process ends.
+/// The proxy's policy and counters; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Egress {
-    pub addr: SocketAddr,
+    domains: Arc<Vec<String>>,
     stats: Arc<EgressStats>,
+    idle: Duration,
 }
 
 /// What it forwarded and refused, for tests and the log.
@@ -39,35 +54,76 @@ pub struct Egress {
 pub struct EgressStats {
     pub forwarded: std::sync::atomic::AtomicU64,
     pub refused: std::sync::atomic::AtomicU64,
+    /// Connections accepted, over every listener.
+    pub accepted: std::sync::atomic::AtomicU64,
+}
+
+/// Serving one listener; dropping it stops the listener and every relay
+/// it started.
+#[derive(Debug)]
+pub struct Serving(tokio::task::JoinHandle<()>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Egress {
-    /// Listens on 127.0.0.1 at a free port and serves in the background.
-    pub async fn start(domains: Vec<String>) -> std::io::Result<Egress> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let stats = Arc::new(EgressStats::default());
-        let domains: Arc<Vec<String>> = Arc::new(domains.into_iter().map(|d| d.to_ascii_lowercase()).collect());
-        let served = Arc::clone(&stats);
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let domains = Arc::clone(&domains);
-                let stats = Arc::clone(&served);
-                tokio::spawn(async move {
-                    let _ = serve(client, &domains, &stats).await;
-                });
-            }
-        });
-        Ok(Egress { addr, stats })
+    /// A proxy that forwards to `domains` (compared without case).
+    pub fn new(domains: Vec<String>) -> Egress {
+        let domains = domains.into_iter().map(|d| d.to_ascii_lowercase()).collect();
+        Egress { domains: Arc::new(domains), stats: Arc::default(), idle: IDLE_TIMEOUT }
     }
 
-    /// `http://127.0.0.1:PORT`, for the installer's proxy settings.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+    /// The same proxy closing idle relays after `idle` (tests).
+    pub fn with_idle(self, idle: Duration) -> Egress {
+        Egress { idle, ..self }
+    }
+
+    /// `http://127.0.0.1:PORT` as the installer names its proxy, inside its
+    /// own namespace.
+    pub fn namespace_url() -> String {
+        format!("http://127.0.0.1:{NAMESPACE_PORT}")
+    }
+
+    /// Serves `listener` (a socket the sandbox helper made in an install's
+    /// namespace) until the returned handle is dropped.
+    pub fn serve(&self, listener: std::net::TcpListener) -> std::io::Result<Serving> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let egress = self.clone();
+        Ok(Serving(tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+            // Aborting this task drops the set, which aborts every relay.
+            let mut relays = tokio::task::JoinSet::new();
+            loop {
+                // A slot first: past the cap, connections wait in the backlog.
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+                let client = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((client, _)) => client,
+                        Err(_) => return,
+                    },
+                    // Reap finished relays while waiting.
+                    Some(_) = relays.join_next(), if !relays.is_empty() => continue,
+                };
+                egress.stats.accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let egress = egress.clone();
+                relays.spawn(async move {
+                    let _ = serve(client, &egress).await;
+                    drop(slot);
+                });
+            }
+        })))
     }
 
     pub fn stats(&self) -> &EgressStats {
         &self.stats
+    }
+
+    pub fn domains(&self) -> &[String] {
+        &self.domains
     }
 }
 
@@ -178,8 +234,9 @@ async fn answer(client: &mut TcpStream, status: &str, why: &str) {
     let _ = client.write_all(text.as_bytes()).await;
 }
 
-async fn serve(mut client: TcpStream, domains: &[String], stats: &EgressStats) -> std::io::Result<()> {
+async fn serve(mut client: TcpStream, egress: &Egress) -> std::io::Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
+    let (domains, stats) = (egress.domains.as_slice(), &egress.stats);
     let (head, early) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(read)) => read,
         Ok(Err(why)) => {
@@ -218,8 +275,47 @@ async fn serve(mut client: TcpStream, domains: &[String], stats: &EgressStats) -
         Target::Forward { head, .. } => upstream.write_all(&head).await?,
     }
     upstream.write_all(&early).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    let (client_read, client_write) = client.split();
+    let (upstream_read, upstream_write) = upstream.split();
+    relay_until_idle((client_read, client_write), (upstream_read, upstream_write), egress.idle).await;
     Ok(())
+}
+
+/// Copies both ways until both sides have ended (one side's end is passed
+/// on as a half-close) or nothing moves for `idle`.
+async fn relay_until_idle(
+    (mut a_read, mut a_write): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    (mut b_read, mut b_write): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    idle: Duration,
+) {
+    let (mut a_buffer, mut b_buffer) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut a_open, mut b_open) = (true, true);
+    while a_open || b_open {
+        let step = tokio::time::timeout(idle, async {
+            tokio::select! {
+                n = a_read.read(&mut a_buffer), if a_open => match n {
+                    Ok(0) => {
+                        a_open = false;
+                        b_write.shutdown().await.is_ok()
+                    }
+                    Ok(n) => b_write.write_all(&a_buffer[..n]).await.is_ok(),
+                    Err(_) => false,
+                },
+                n = b_read.read(&mut b_buffer), if b_open => match n {
+                    Ok(0) => {
+                        b_open = false;
+                        a_write.shutdown().await.is_ok()
+                    }
+                    Ok(n) => a_write.write_all(&b_buffer[..n]).await.is_ok(),
+                    Err(_) => false,
+                },
+            }
+        })
+        .await;
+        if step != Ok(true) {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -264,6 +360,91 @@ mod tests {
         }
     }
 
+    /// A listener on 127.0.0.1 served by `egress`, as an install's would be.
+    fn listening(egress: &Egress) -> (std::net::SocketAddr, Serving) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        (addr, egress.serve(listener).unwrap())
+    }
+
+    /// An origin on 127.0.0.1 that accepts and then stays silent, holding
+    /// each connection until the other side closes it.
+    async fn silent_origin() -> std::net::SocketAddr {
+        let origin = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = origin.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = origin.accept().await {
+                tokio::spawn(async move {
+                    let mut sink = [0u8; 1024];
+                    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    async fn wait_for_accepted(egress: &Egress, count: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        while egress.stats().accepted.load(Relaxed) < count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listener_serves_its_cap_of_connections_and_the_next_waits_its_turn() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let origin = silent_origin().await;
+        let egress = Egress::new(vec!["127.0.0.1".into()]);
+        let (addr, _serving) = listening(&egress);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(format!("CONNECT {origin} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+            let mut reply = [0u8; 39];
+            stream.read_exact(&mut reply).await.unwrap();
+            assert!(reply.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&reply));
+            held.push(stream);
+        }
+        wait_for_accepted(&egress, MAX_CONNECTIONS as u64).await;
+        // One past the cap connects (the backlog) but is not taken up...
+        let mut next = TcpStream::connect(addr).await.unwrap();
+        next.write_all(b"CONNECT other.invalid:443 HTTP/1.1\r\n\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(egress.stats().accepted.load(Relaxed), MAX_CONNECTIONS as u64);
+        // ...until one of the others ends.
+        drop(held.pop());
+        let mut reply = String::new();
+        next.read_to_string(&mut reply).await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+        assert_eq!(egress.stats().accepted.load(Relaxed), MAX_CONNECTIONS as u64 + 1);
+    }
+
+    #[tokio::test]
+    async fn an_idle_relay_is_closed_and_dropping_the_listener_ends_every_relay() {
+        let origin = silent_origin().await;
+        let egress = Egress::new(vec!["127.0.0.1".into()]).with_idle(Duration::from_millis(200));
+        let (addr, serving) = listening(&egress);
+        let open = |addr| async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(format!("CONNECT {origin} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+            let mut reply = [0u8; 39];
+            stream.read_exact(&mut reply).await.unwrap();
+            stream
+        };
+        // Nothing moves either way: the proxy closes the tunnel.
+        let mut idle = open(addr).await;
+        let mut rest = Vec::new();
+        assert_eq!(idle.read_to_end(&mut rest).await.unwrap(), 0);
+        // A tunnel that would stay open ends with its listener's handle.
+        let egress = Egress::new(vec!["127.0.0.1".into()]);
+        drop(serving);
+        let (addr, serving) = listening(&egress);
+        let mut live = open(addr).await;
+        drop(serving);
+        assert_eq!(live.read_to_end(&mut rest).await.unwrap(), 0);
+        assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed");
+    }
+
     #[tokio::test]
     async fn a_host_outside_the_list_gets_a_403_and_a_listed_one_is_reached() {
         // An origin on 127.0.0.1 that answers one request.
@@ -278,9 +459,10 @@ mod tests {
             let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
             stream.write_all(reply.as_bytes()).await.unwrap();
         });
-        let egress = Egress::start(vec!["127.0.0.1".into()]).await.unwrap();
+        let egress = Egress::new(vec!["127.0.0.1".into()]);
+        let (addr, _serving) = listening(&egress);
         let ask = |head: String| async move {
-            let mut stream = TcpStream::connect(egress.addr).await.unwrap();
+            let mut stream = TcpStream::connect(addr).await.unwrap();
             stream.write_all(head.as_bytes()).await.unwrap();
             let mut reply = String::new();
             stream.read_to_string(&mut reply).await.unwrap();

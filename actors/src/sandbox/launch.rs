@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use super::cgroups::{Cgroups, CommandGroup};
+use super::egress::Egress;
 use std::sync::Arc;
 
 /// Bytes of stdout and of stderr kept per command.
@@ -44,7 +45,7 @@ pub struct Launcher {
 }
 
 /// One command to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Run<'a> {
     pub profile: &'a str,
     pub workspace: &'a Path,
@@ -59,6 +60,12 @@ pub struct Run<'a> {
     pub env: &'a [(String, String)],
     /// Files of the server's the command may read (the CA snapshot).
     pub read: &'a [PathBuf],
+    /// A folder directly inside the workspace to start in instead of its
+    /// top (the installer's, which the model's commands never see).
+    pub start_in: Option<&'a str>,
+    /// A network of the command's own whose one way out is this proxy
+    /// ([`super::private_net`]); the host's network is not granted with it.
+    pub proxy: Option<&'a Egress>,
     pub timeout: Duration,
 }
 
@@ -109,10 +116,17 @@ impl Launcher {
     /// command; `run-sandboxed` uses the same so operators see exactly what
     /// the tools do.
     pub fn command(&self, run: &Run<'_>) -> std::process::Command {
-        self.command_in(run, None)
+        self.command_in(run, None, None)
     }
 
-    fn command_in(&self, run: &Run<'_>, group: Option<&CommandGroup>) -> std::process::Command {
+    /// `channel`: the helper's end of the pair the installer's listener
+    /// comes back on, for a run with a proxy.
+    fn command_in(
+        &self,
+        run: &Run<'_>,
+        group: Option<&CommandGroup>,
+        channel: Option<std::os::fd::RawFd>,
+    ) -> std::process::Command {
         use std::os::unix::process::CommandExt;
         let mut command = std::process::Command::new(&self.helper);
         command
@@ -137,6 +151,24 @@ impl Launcher {
         }
         if run.unconfined {
             command.arg("--unconfined");
+        }
+        if let Some(folder) = run.start_in {
+            command.arg("--start-in").arg(folder);
+        }
+        if let Some(fd) = channel {
+            command.arg("--proxy-channel").arg(fd.to_string());
+            // SAFETY: between fork and exec only fcntl runs, which is
+            // async-signal-safe. The descriptor is made inheritable in the
+            // child alone: marking it in the server would let any other
+            // command started meanwhile inherit it too.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         for dir in group.map(CommandGroup::dirs).unwrap_or_default() {
             command.arg("--cgroup").arg(dir);
@@ -191,9 +223,23 @@ impl Launcher {
         group: Option<&CommandGroup>,
         started: impl FnOnce(i32),
     ) -> Result<Ran, String> {
-        let mut command = tokio::process::Command::from(self.command_in(run, group));
+        use std::os::fd::AsRawFd;
+        let began = std::time::Instant::now();
+        let pair = match run.proxy {
+            Some(_) => Some(
+                std::os::unix::net::UnixStream::pair()
+                    .map_err(|err| format!("cannot make the installer's channel: {err}"))?,
+            ),
+            None => None,
+        };
+        let channel = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
+        let mut command = tokio::process::Command::from(self.command_in(run, group, channel));
         command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        let mut child = command.spawn().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
+        let spawned = command.spawn();
+        // The helper has its own copy now; with ours closed, a helper that
+        // fails before sending the listener ends the wait below at once.
+        let ours = pair.map(|(ours, _theirs)| ours);
+        let mut child = spawned.map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
         let guard = GroupGuard(child.id().map(|id| id as i32));
         if let Some(pgid) = guard.0 {
             started(pgid);
@@ -201,7 +247,17 @@ impl Launcher {
         let stdout = child.stdout.take().ok_or("the helper has no stdout")?;
         let stderr = child.stderr.take().ok_or("the helper has no stderr")?;
         let outputs = tokio::spawn(async move { tokio::join!(read_capped(stdout), read_capped(stderr)) });
-        let (exit_code, timed_out) = match tokio::time::timeout(run.timeout, child.wait()).await {
+        // The proxy serves the installer's listener until the run ends (the
+        // handle drops with this function). Without one the installer finds
+        // nothing to connect to, and the helper's own error says why.
+        let mut serving = None;
+        if let (Some(egress), Some(ours)) = (run.proxy, ours) {
+            if let Ok(Ok(listener)) = tokio::time::timeout(run.timeout, super::private_net::receive(ours)).await {
+                serving = egress.serve(listener).ok();
+            }
+        }
+        let left = run.timeout.saturating_sub(began.elapsed());
+        let (exit_code, timed_out) = match tokio::time::timeout(left, child.wait()).await {
             Ok(Ok(status)) => (
                 status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|s| 128 + s)),
                 false,
@@ -211,6 +267,7 @@ impl Launcher {
         };
         // The group dies either way: a background child must not outlive its call.
         drop(guard);
+        drop(serving);
         let _ = child.wait().await;
         let ((stdout, out_cut), (stderr, err_cut)) =
             outputs.await.map_err(|err| format!("cannot read the output: {err}"))?;

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod egress;
 pub mod interpreters;
 pub mod launch;
+pub mod private_net;
 pub mod profile;
 pub mod uids;
 

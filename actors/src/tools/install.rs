@@ -45,8 +45,9 @@ pub struct InstallSettings {
     pub packages: Vec<String>,
     pub python_index: String,
     pub npm_registry: String,
-    /// The install proxy's URL (`http://127.0.0.1:PORT`).
-    pub proxy: Option<String>,
+    /// The install proxy: the one way out of the installer's own network.
+    /// `None` runs the installer with no network at all.
+    pub proxy: Option<crate::sandbox::egress::Egress>,
     /// The npm the host runs; `None` where the host has none.
     pub npm: Option<std::path::PathBuf>,
 }
@@ -980,22 +981,42 @@ pub fn missing_package(output: &str) -> Option<(Ecosystem, String, String)> {
     None
 }
 
-/// The host's argument vector for one install.
+/// Where the installer starts and keeps its own files: a folder the host
+/// makes fresh directly inside the workspace for each install and removes
+/// after it, which no command can see (calls in a workspace run one at a
+/// time). npm installs into it, so it reads no `.npmrc`, `package.json` or
+/// lockfile the model wrote; it is the installer's HOME, so no `.gitconfig`,
+/// `.netrc` or user configuration of the model's either.
+pub fn stage_name() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    format!(".skillhost-install-{}", Alphanumeric.sample_string(&mut rand::rng(), 12))
+}
+
+/// The host's argument vector for one install, staged in `stage` (a
+/// folder directly inside `work`).
 pub fn argv(
     request: &Request,
     settings: &InstallSettings,
     python: &std::path::Path,
     work: &std::path::Path,
+    stage: &str,
 ) -> Vec<String> {
     match request.ecosystem {
         Ecosystem::Python => {
             let mut argv: Vec<String> = [
                 python.display().to_string(),
+                // Isolated: neither the working folder nor the user site
+                // (where the model's files are) is on pip's own import path,
+                // and no PYTHON* variable counts, so a planted `pip/`,
+                // `usercustomize.py` or `.pth` never runs in the installer.
+                "-I".into(),
                 "-m".into(),
                 "pip".into(),
                 "--disable-pip-version-check".into(),
                 "--no-input".into(),
                 "install".into(),
+                // Into the workspace's user base (PYTHONUSERBASE below),
+                // which pip itself does not import from.
                 "--user".into(),
                 "--only-binary".into(),
                 ":all:".into(),
@@ -1007,8 +1028,8 @@ pub fn argv(
                 settings.python_index.clone(),
             ]
             .into();
-            if let Some(proxy) = &settings.proxy {
-                argv.extend(["--proxy".into(), proxy.clone()]);
+            if settings.proxy.is_some() {
+                argv.extend(["--proxy".into(), crate::sandbox::egress::Egress::namespace_url()]);
             }
             argv.extend(request.options.iter().cloned());
             argv.push("--".into());
@@ -1017,11 +1038,14 @@ pub fn argv(
         }
         Ecosystem::Node => {
             let npm = settings.npm.as_ref().map_or("npm".into(), |p| p.display().to_string());
+            let stage = work.join(stage);
             let mut argv: Vec<String> = [
                 npm,
                 "install".into(),
+                // The fresh stage, not the workspace: the host moves what
+                // lands in its node_modules into the workspace's after.
                 "--prefix".into(),
-                work.display().to_string(),
+                stage.display().to_string(),
                 "--ignore-scripts".into(),
                 "--no-audit".into(),
                 "--no-fund".into(),
@@ -1032,11 +1056,12 @@ pub fn argv(
                 "--registry".into(),
                 settings.npm_registry.clone(),
                 "--cache".into(),
-                work.join(".tmp/npm-cache").display().to_string(),
+                stage.join(".npm-cache").display().to_string(),
             ]
             .into();
-            if let Some(proxy) = &settings.proxy {
-                argv.extend(["--proxy".into(), proxy.clone(), "--https-proxy".into(), proxy.clone()]);
+            if settings.proxy.is_some() {
+                let proxy = crate::sandbox::egress::Egress::namespace_url();
+                argv.extend(["--proxy".into(), proxy.clone(), "--https-proxy".into(), proxy]);
             }
             argv.push("--".into());
             argv.extend(request.specs.iter().cloned());
@@ -1045,15 +1070,20 @@ pub fn argv(
     }
 }
 
-/// The installer's environment on top of the workspace's: the configuration
-/// files a command could have written ignored (HOME is the workspace, so
-/// `~/.config/pip/pip.conf` and `~/.npmrc` are the model's; the index,
-/// registry, proxy and scripts setting are also on the command line, which
-/// wins over any file), the proxy for both spellings, and Debian's marker
+/// The installer's whole environment besides what the helper passes (PATH,
+/// the locale, the temp folders): HOME in the stage, Python's user base in
+/// the workspace, every configuration file ignored (the index, registry,
+/// proxy and scripts setting are on the command line as well, which wins
+/// over any file), the proxy for both spellings, and Debian's marker
 /// against installing into the system Python lifted, since `--user`
-/// installs into this workspace.
-pub fn environment(settings: &InstallSettings) -> Vec<(String, String)> {
+/// installs into this workspace. None of the workspace's own variables:
+/// they name folders the model writes.
+pub fn environment(settings: &InstallSettings, work: &std::path::Path, stage: &str) -> Vec<(String, String)> {
+    let home = work.join(stage).display().to_string();
+    let user_base = work.join(crate::sandbox::PYTHON_USER_BASE).display().to_string();
     let mut env: Vec<(String, String)> = [
+        ("HOME", home.as_str()),
+        ("PYTHONUSERBASE", user_base.as_str()),
         ("PIP_CONFIG_FILE", "/dev/null"),
         ("PIP_BREAK_SYSTEM_PACKAGES", "1"),
         ("npm_config_userconfig", "/dev/null"),
@@ -1061,7 +1091,8 @@ pub fn environment(settings: &InstallSettings) -> Vec<(String, String)> {
     ]
     .map(|(n, v)| (n.to_string(), v.to_string()))
     .into();
-    if let Some(proxy) = &settings.proxy {
+    if settings.proxy.is_some() {
+        let proxy = crate::sandbox::egress::Egress::namespace_url();
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             env.push((name.to_string(), proxy.clone()));
         }
@@ -1345,24 +1376,42 @@ mod tests {
 
     #[test]
     fn the_host_builds_the_installer_command() {
-        let settings = InstallSettings { proxy: Some("http://127.0.0.1:9".into()), ..InstallSettings::default() };
+        let settings = InstallSettings {
+            proxy: Some(crate::sandbox::egress::Egress::new(vec!["pypi.org".into()])),
+            ..InstallSettings::default()
+        };
+        let (python, work) = (std::path::Path::new("/usr/bin/python3.11"), std::path::Path::new("/w"));
         let request = install("pip install -U x==1").0.remove(0);
-        let argv = argv(&request, &settings, std::path::Path::new("/usr/bin/python3.11"), std::path::Path::new("/w"));
-        let text = argv.join(" ");
-        assert!(text.starts_with("/usr/bin/python3.11 -m pip"), "{text}");
+        let text = argv(&request, &settings, python, work, ".stage").join(" ");
+        assert!(text.starts_with("/usr/bin/python3.11 -I -m pip"), "{text}");
         for part in [
             "--user",
             "--only-binary :all:",
             "--index-url https://pypi.org/simple",
-            "--proxy http://127.0.0.1:9",
+            "--proxy http://127.0.0.1:3128",
             "-U -- x==1",
         ] {
             assert!(text.contains(part), "{part}: {text}");
         }
         let request = install("npm i left-pad").0.remove(0);
-        let text = super::argv(&request, &settings, std::path::Path::new("/p"), std::path::Path::new("/w")).join(" ");
-        for part in ["install --prefix /w --ignore-scripts", "--registry https://registry.npmjs.org/", "-- left-pad"] {
+        let text = argv(&request, &settings, std::path::Path::new("/p"), work, ".stage").join(" ");
+        for part in [
+            "install --prefix /w/.stage --ignore-scripts",
+            "--cache /w/.stage/.npm-cache",
+            "--registry https://registry.npmjs.org/",
+            "-- left-pad",
+        ] {
             assert!(text.contains(part), "{part}: {text}");
         }
+        // HOME is the stage; nothing names a folder the model wrote but the
+        // user base pip installs into.
+        let env: std::collections::HashMap<String, String> =
+            environment(&settings, work, ".stage").into_iter().collect();
+        assert_eq!(env["HOME"], "/w/.stage");
+        assert_eq!(env["PYTHONUSERBASE"], "/w/.local");
+        assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:3128");
+        assert!(!env.contains_key("PYTHONPATH") && !env.contains_key("NODE_PATH"), "{env:?}");
+        let stage = stage_name();
+        assert!(stage.starts_with(".skillhost-install-") && stage != stage_name(), "{stage}");
     }
 }

@@ -407,6 +407,8 @@ fn shell_job(context: &CodeContext<'_>, line: &str, timeout: Duration) -> Job {
         skill: None,
         command: vec!["/bin/bash".into(), "-c".into(), wrap(line, python.as_deref())],
         env: Vec::new(),
+        start_in: None,
+        proxy: None,
         timeout,
     }
 }
@@ -545,6 +547,8 @@ async fn probe_names(context: &CodeContext<'_>, module: &str) -> Option<Vec<Stri
         skill: None,
         command: vec![python, "-c".into(), super::recovery::PROBE_SCRIPT.into(), module.to_string()],
         env: Vec::new(),
+        start_in: None,
+        proxy: None,
         timeout: PROBE_TIMEOUT,
     };
     let finished = actor::run(sandbox, job).await.ok()?;
@@ -629,29 +633,63 @@ impl Installer {
                 }
             )));
         };
-        let argv = install::argv(&request, &self.settings, &program, work);
         let left = deadline.saturating_duration_since(Instant::now());
         if left < Duration::from_secs(1) {
             return Ok(
                 Err("[not run] No time was left in this call for the install: pass a larger timeout_ms.".into()),
             );
         }
+        // A fresh folder for the installer to start in and stage into,
+        // made through the handle and removed after, whatever happened.
+        let stage = install::stage_name();
+        let made = {
+            let stage = stage.clone();
+            context
+                .workspace
+                .with_handle(move |dir| dir.make_folder(&stage))
+                .await
+                .ok_or_else(ToolError::workspace_gone)?
+        };
+        if let Err(err) = made {
+            return Ok(Err(format!(
+                "[not run] The host could not prepare the install: {}",
+                args::sentence(&err.to_string())
+            )));
+        }
         let job = Job {
             purpose: Purpose::Install,
             workspace: work.to_path_buf(),
             owner: context.workspace.owner(),
             skill: None,
-            command: argv,
-            env: install::environment(&self.settings),
+            command: install::argv(&request, &self.settings, &program, work, &stage),
+            env: install::environment(&self.settings, work, &stage),
+            start_in: Some(stage.clone()),
+            proxy: self.settings.proxy.clone(),
             timeout: left,
         };
-        let finished = actor::run(sandbox, job).await.map_err(ToolError::Model)?;
-        tracing::info!(
-            installer = request.ecosystem.tool(),
-            packages = request.specs.join(" "),
-            ok = finished.ran.exit_code == Some(0),
-            "host-run install"
-        );
+        let finished = actor::run(sandbox, job).await;
+        let ok = finished.as_ref().is_ok_and(|f| f.ran.exit_code == Some(0));
+        let node = request.ecosystem == install::Ecosystem::Node;
+        let placed = {
+            let stage = stage.clone();
+            context
+                .workspace
+                .with_handle(move |dir| {
+                    let placed = if ok && node { place_node_modules(dir, &stage) } else { Ok(()) };
+                    let _ = dir.remove_tree(&stage);
+                    placed
+                })
+                .await
+                .ok_or_else(ToolError::workspace_gone)?
+        };
+        let finished = finished.map_err(ToolError::Model)?;
+        if let Err(err) = placed {
+            return Ok(Err(format!(
+                "[the host's install of {} ran, but its packages could not be put in node_modules, so nothing after it on the line ran] {}",
+                request.specs.join(" "),
+                args::sentence(&err.to_string())
+            )));
+        }
         let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
         let output = relative_paths(&output, work, work);
         if finished.ran.exit_code == Some(0) {
@@ -670,6 +708,32 @@ impl Installer {
             Ok(Err(install::failure(request.ecosystem, &request.specs, &output)))
         }
     }
+}
+
+/// Moves what npm installed into the stage's `node_modules` into the
+/// workspace's, entry by entry through the handle (scoped packages one
+/// level down, and the `.bin` links), replacing an older copy of each.
+fn place_node_modules(
+    dir: &crate::workspace::handle::DirHandle,
+    stage: &str,
+) -> Result<(), crate::workspace::handle::FsError> {
+    use crate::sandbox::NODE_MODULES;
+    use crate::workspace::handle::Kind;
+    let staged = format!("{stage}/{NODE_MODULES}");
+    for (name, kind) in dir.list(&staged)? {
+        // npm's record of the stage's tree, not a package.
+        if name == ".package-lock.json" {
+            continue;
+        }
+        if kind == Kind::Folder && (name == ".bin" || name.starts_with('@')) {
+            for (inner, _) in dir.list(&format!("{staged}/{name}"))? {
+                dir.move_replacing(&format!("{staged}/{name}/{inner}"), &format!("{NODE_MODULES}/{name}/{inner}"))?;
+            }
+            continue;
+        }
+        dir.move_replacing(&format!("{staged}/{name}"), &format!("{NODE_MODULES}/{name}"))?;
+    }
+    Ok(())
 }
 
 /// A requirements file's path relative to the workspace: `name` as the

@@ -146,6 +146,8 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
         skill: Some(skill_root.clone()),
         command,
         env,
+        start_in: None,
+        proxy: None,
         timeout: SKILLS_RUN_TIMEOUT,
     };
     let finished = actor::run(sandbox, job)

@@ -66,6 +66,8 @@ pub async fn check(context: &CodeContext<'_>, path: &str) -> Option<String> {
             skill: None,
             command,
             env: Vec::new(),
+            start_in: None,
+            proxy: None,
             timeout: SYNTAX_CHECK_TIMEOUT,
         };
         let finished = actor::run(sandbox, job).await.ok()?;

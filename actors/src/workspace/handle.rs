@@ -348,6 +348,40 @@ impl DirHandle {
         remove_entry(&folder, std::ffi::OsStr::new(&leaf), 0).map_err(|errno| io(requested, errno.into()))
     }
 
+    /// The entries of the folder `requested` (a folder on the way or at
+    /// the end that is a link is refused), each with what it is, looked at
+    /// without following links; at most [`MAX_WALK_ENTRIES`], sorted.
+    pub fn list(&self, requested: &str) -> Result<Vec<(String, Kind)>, FsError> {
+        let (parent, leaf) = self.folder_of(requested, false)?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let folder = rustix::fs::openat(&parent, leaf.as_str(), flags, Mode::empty())
+            .map_err(|errno| self.explain(requested, &parent, &leaf, requested, errno))?;
+        let mut entries = Vec::new();
+        let reader = rustix::fs::Dir::read_from(&folder).map_err(|errno| io(requested, errno.into()))?;
+        for entry in reader.filter_map(Result::ok).take(MAX_WALK_ENTRIES + 2) {
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if name == "." || name == ".." {
+                continue;
+            }
+            let Ok(stat) = rustix::fs::statat(&folder, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            entries.push((name.to_string(), kind_of(FileType::from_raw_mode(stat.st_mode), stat.st_size as u64)));
+        }
+        entries.truncate(MAX_WALK_ENTRIES);
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(entries)
+    }
+
+    /// Moves `from` to `to`, making folders on the way to `to` and
+    /// replacing what is there (a folder with everything in it; a link is
+    /// replaced, never followed). Both must be on one filesystem.
+    pub fn move_replacing(&self, from: &str, to: &str) -> Result<(), FsError> {
+        let (source, source_leaf) = self.folder_of(from, false)?;
+        let (target, target_leaf) = self.folder_of(to, true)?;
+        remove_entry(&target, std::ffi::OsStr::new(&target_leaf), 0).map_err(|errno| io(to, errno.into()))?;
+        rustix::fs::renameat_with(&source, source_leaf.as_str(), &target, target_leaf.as_str(), RenameFlags::NOREPLACE)
+            .map_err(|errno| io(to, errno.into()))
+    }
+
     /// Removes everything inside the folder, keeping the folder itself.
     pub fn clear(&self) -> Result<(), FsError> {
         clear_folder(&self.root, 0).map_err(|errno| io(".", errno.into()))
@@ -528,6 +562,34 @@ mod tests {
         handle.clear().unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn moving_replaces_what_is_there_and_never_follows_a_link() {
+        let (dir, handle) = handle();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep.txt"), "keep").unwrap();
+        std::fs::create_dir_all(dir.path().join("stage/node_modules/pkg")).unwrap();
+        std::fs::write(dir.path().join("stage/node_modules/pkg/index.js"), "new").unwrap();
+        std::fs::create_dir_all(dir.path().join("node_modules/pkg")).unwrap();
+        std::fs::write(dir.path().join("node_modules/pkg/old.js"), "old").unwrap();
+        symlink(outside.path(), dir.path().join("stage/node_modules/out")).unwrap();
+        let listed = handle.list("stage/node_modules").unwrap();
+        assert_eq!(listed, [("out".to_string(), Kind::Link), ("pkg".to_string(), Kind::Folder)]);
+        // An older copy is replaced whole.
+        handle.move_replacing("stage/node_modules/pkg", "node_modules/pkg").unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("node_modules/pkg/index.js")).unwrap(), "new");
+        assert!(!dir.path().join("node_modules/pkg/old.js").exists());
+        // A link at the destination is removed, not followed; a link on the
+        // way there is refused.
+        symlink(outside.path(), dir.path().join("node_modules/target")).unwrap();
+        handle.move_replacing("stage/node_modules/out", "node_modules/target").unwrap();
+        assert_eq!(std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+        symlink(outside.path(), dir.path().join("linked")).unwrap();
+        std::fs::write(dir.path().join("stage/f"), "x").unwrap();
+        assert!(matches!(handle.move_replacing("stage/f", "linked/f"), Err(FsError::Link { .. })));
+        assert!(matches!(handle.list("linked"), Err(FsError::Link { .. })));
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     }
 
     #[test]
