@@ -183,6 +183,40 @@ async fn write_fail_patch_rerun_green_in_one_request() {
     assert_eq!(workspaces(harness.base.path()), 0);
 }
 
+/// File names that would end or escape a link's path: each artifact's link
+/// leads to that file and no other, and its download names it exactly.
+#[actix_web::test]
+async fn an_artifacts_link_leads_to_its_own_file_whatever_its_name() {
+    let names =
+        ["a?b#c.txt", "50%.txt", "%41.txt", "c++ notes.txt", "r\u{e9}sum\u{e9}.txt", "q\"uote.txt", "sub/x?y=1"];
+    let mut outputs: Vec<String> = names
+        .iter()
+        .map(|name| call("write_file", json!({"path": name, "content": format!("content of {name}")})))
+        .collect();
+    outputs.push("written".into());
+    let harness = harness(outputs).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"messages": [{"role": "user", "content": "Write the files."}]});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response: Value = test::call_and_read_body_json(&app, request).await;
+    let artifacts = response["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), names.len(), "{response}");
+    for name in names {
+        let artifact = artifacts.iter().find(|a| a["path"] == name).unwrap_or_else(|| panic!("{name}: {response}"));
+        let url = artifact["url"].as_str().unwrap();
+        let (path, _) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
+        assert_eq!(path, url, "{name}: the link has a query or fragment");
+        let download = test::call_service(&app, test::TestRequest::get().uri(url).to_request()).await;
+        assert_eq!(download.status().as_u16(), 200, "{name}: {url}");
+        let disposition = download.headers().get("content-disposition").unwrap().to_str().unwrap().to_string();
+        assert!(disposition.starts_with("attachment; filename=\""), "{disposition}");
+        let leaf = name.rsplit('/').next().unwrap();
+        let exact = disposition.split("filename*=UTF-8''").nth(1).unwrap_or_else(|| panic!("{disposition}"));
+        assert_eq!(percent_encoding::percent_decode_str(exact).decode_utf8().unwrap(), leaf, "{disposition}");
+        assert_eq!(test::read_body(download).await, format!("content of {name}"), "{name}: {url}");
+    }
+}
+
 #[actix_web::test]
 async fn shell_recoveries_and_state_across_calls() {
     let outputs = vec![
