@@ -573,15 +573,25 @@ impl Terminal {
             // The answer's line is the indicator's too; it waits.
             return;
         }
+        let what = crate::terminal::printable(what);
         let _ = write!(std::io::stderr(), "\r\x1b[2K… {what} ({}s)", since.elapsed().as_secs());
         let _ = std::io::stderr().flush();
         self.indicating = true;
     }
 
+    /// `text` as it may be sent to stdout (`tty`: whether stdout is a
+    /// terminal, where model output must not carry control sequences).
+    fn shown(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
+        match tty {
+            true => crate::terminal::printable(text),
+            false => std::borrow::Cow::Borrowed(text),
+        }
+    }
+
     fn content(&mut self, text: &str) {
         self.clear_indicator();
         let mut stdout = std::io::stdout();
-        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.write_all(Self::shown(text, self.stdout_tty).as_bytes());
         let _ = stdout.flush();
         if !text.is_empty() {
             self.mid_line = !text.ends_with('\n');
@@ -602,24 +612,24 @@ impl Terminal {
     fn step(&mut self, agent: &str, line: &str) {
         self.fresh_line();
         let who = if agent == skillhost_actors::chat_loop::ROOT_AGENT { String::new() } else { format!("{agent} ") };
-        let _ = writeln!(std::io::stderr(), "· {who}{line}");
+        let _ = writeln!(std::io::stderr(), "· {who}{}", Self::shown(line, self.stderr_tty));
     }
 
     fn note(&mut self, text: &str) {
         self.fresh_line();
-        let _ = writeln!(std::io::stderr(), "{text}");
+        let _ = writeln!(std::io::stderr(), "{}", Self::shown(text, self.stderr_tty));
     }
 
     fn error(&mut self, text: &str) {
         self.fresh_line();
-        let _ = writeln!(std::io::stderr(), "error: {text}");
+        let _ = writeln!(std::io::stderr(), "error: {}", Self::shown(text, self.stderr_tty));
     }
 
     /// REPL output the user asked for (a listing): stdout, like an answer.
     fn out(&mut self, text: &str) {
         self.fresh_line();
         let mut stdout = std::io::stdout();
-        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.write_all(Self::shown(text, self.stdout_tty).as_bytes());
         let _ = stdout.flush();
     }
 

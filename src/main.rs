@@ -19,6 +19,7 @@ mod patch_cli;
 mod sandbox_cli;
 mod sandbox_exec;
 mod sched;
+mod terminal;
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -164,7 +165,13 @@ fn main() -> ExitCode {
 fn print_skills(skills: Result<Option<skillhost_actors::skills::SkillsConfig>, config::ConfigError>) -> ExitCode {
     match skills {
         Ok(skills) => {
-            print!("{}", list_skills::render(skills.as_ref()));
+            let text = list_skills::render(skills.as_ref());
+            // Skill descriptions are untrusted: no control sequence of
+            // theirs reaches a terminal.
+            match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                true => print!("{}", terminal::printable(&text)),
+                false => print!("{text}"),
+            }
             ExitCode::SUCCESS
         }
         Err(err) => {
