@@ -36,6 +36,11 @@ impl std::fmt::Display for TemplateSource {
     }
 }
 
+/// Most steps (minijinja's fuel: about one per instruction) one render may
+/// take. A template can loop for ever, and one may come from an upstream
+/// server; real templates over thousands of messages take far fewer.
+pub const MAX_TEMPLATE_STEPS: u64 = 20_000_000;
+
 /// A failure to compile or render a template.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -43,6 +48,11 @@ pub struct TemplateError(String);
 
 impl From<Error> for TemplateError {
     fn from(err: Error) -> Self {
+        if err.kind() == ErrorKind::OutOfFuel {
+            return TemplateError(format!(
+                "the chat template did not finish within {MAX_TEMPLATE_STEPS} steps, so it was stopped (a template that loops without end cannot be used)"
+            ));
+        }
         // The template's own `raise_exception` message is what a caller needs;
         // minijinja's wrapper text adds nothing for them.
         if err.kind() == ErrorKind::InvalidOperation {
@@ -133,6 +143,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(MAX_TEMPLATE_STEPS));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
@@ -363,6 +374,27 @@ mod tests {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
         assert_eq!(template.source(), &TemplateSource::Gguf);
+    }
+
+    #[test]
+    fn a_template_that_never_ends_is_stopped_and_a_long_conversation_is_not() {
+        let endless = compile("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+        let err = endless.render(&json!([{"role": "user", "content": "Hi"}]), None, true).unwrap_err().to_string();
+        assert!(err.contains(&format!("did not finish within {MAX_TEMPLATE_STEPS} steps")), "{err}");
+        // Thousands of messages with tools, in the default model's template
+        // and the built-in formats, stay far inside the limit.
+        let messages: Vec<serde_json::Value> = (0..4000)
+            .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("message {i}")}))
+            .collect();
+        let tools = json!([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]);
+        for template in [
+            compile(SMOLLM2),
+            ChatTemplate::named("chatml", "", "").unwrap(),
+            ChatTemplate::named("gemma", "<bos>", "<eos>").unwrap(),
+        ] {
+            let text = template.render(&json!(messages), Some(&tools), true).unwrap();
+            assert!(text.contains("message 3999"));
+        }
     }
 
     #[test]

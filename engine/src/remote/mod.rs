@@ -34,7 +34,7 @@ use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use fleet::{affinity_key, UpstreamStats, BACKPRESSURE_WAIT, DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER};
 use fleet::{Fleet, Lease, Tried};
-pub use wire::{Dialect, MAX_EVENT_BYTES, MAX_STREAMED_CALLS};
+pub use wire::{Dialect, MAX_ANSWER_BYTES, MAX_EVENT_BYTES, MAX_STREAMED_CALLS};
 use wire::{Step, StreamReader};
 
 /// How long connecting to an upstream may take.

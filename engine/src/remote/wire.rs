@@ -13,6 +13,9 @@ use crate::sampling::CompiledGrammar;
 /// The longest line of an upstream's event stream accepted; a longer one
 /// ends the request (an upstream is input we did not write).
 pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+/// The most an upstream may send for one answer, every line counted: its
+/// token budget bounds a well-behaved one far below this.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// Most tool calls one chat-mode answer may carry.
 pub const MAX_STREAMED_CALLS: usize = 64;
 
@@ -228,6 +231,8 @@ pub struct StreamReader {
     usage: Option<Value>,
     timings: Option<Value>,
     chunks: usize,
+    /// Bytes read so far, against [`MAX_ANSWER_BYTES`].
+    received: usize,
 }
 
 #[derive(Debug, Default)]
@@ -248,6 +253,7 @@ impl StreamReader {
             usage: None,
             timings: None,
             chunks: 0,
+            received: 0,
         }
     }
 
@@ -265,6 +271,10 @@ impl StreamReader {
             }
             if line.len() > MAX_EVENT_BYTES {
                 return Err(format!("it sent an event longer than {MAX_EVENT_BYTES} bytes"));
+            }
+            self.received += n;
+            if self.received > MAX_ANSWER_BYTES {
+                return Err(format!("it sent more than {MAX_ANSWER_BYTES} bytes for one answer"));
             }
             let text = std::str::from_utf8(line).map_err(|_| "it sent an event that is not UTF-8".to_string())?;
             let text = text.trim_end_matches(['\r', '\n']);
@@ -502,6 +512,29 @@ mod tests {
         assert_eq!(
             read_all(Dialect::LlamaServer, "data: {\"content\":\"a\",\"stop\":false}\n"),
             Ok(vec![Step::Text("a".into())])
+        );
+    }
+
+    #[test]
+    fn an_answer_is_read_up_to_its_size_limit() {
+        // Comment lines count as much as events do.
+        let end = "data: {\"content\":\"a\",\"stop\":true}\n";
+        let padded = |total: usize| {
+            let mut stream = String::with_capacity(total);
+            while total - stream.len() - end.len() > MAX_EVENT_BYTES {
+                stream.push_str(&format!(":{}\n", "x".repeat(MAX_EVENT_BYTES - 2)));
+            }
+            let rest = total - stream.len() - end.len();
+            stream.push_str(&format!(":{}\n", "x".repeat(rest - 2)));
+            stream.push_str(end);
+            assert_eq!(stream.len(), total);
+            stream
+        };
+        let at = read_all(Dialect::LlamaServer, &padded(MAX_ANSWER_BYTES)).unwrap();
+        assert_eq!(at.first(), Some(&Step::Text("a".into())));
+        assert_eq!(
+            read_all(Dialect::LlamaServer, &padded(MAX_ANSWER_BYTES + 1)),
+            Err(format!("it sent more than {MAX_ANSWER_BYTES} bytes for one answer"))
         );
     }
 
