@@ -587,6 +587,49 @@ async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
     }
 }
 
+/// A skill's `allowed-tools` binds the whole turn: a child the parent
+/// spawns after loading it starts under the same list, so it cannot write
+/// where the parent may not. (Against a1d68f9 the child wrote.)
+#[actix_web::test]
+async fn a_child_starts_under_the_skills_its_parent_loaded() {
+    let child = |text: String| ScriptedOutput { agent: "/root/1".into(), text, delay: Duration::ZERO, panic: false };
+    let base = tempfile::tempdir().unwrap();
+    let skill = base.path().join("skills/delegate-read");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: delegate-read\ndescription: Delegates reading.\nallowed-tools: Task Read\n---\nDelegate, and only read.\n",
+    )
+    .unwrap();
+    for dir in [base.path().to_path_buf(), base.path().join("skills"), skill] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let outputs = vec![
+        ScriptedOutput::from(call("skills_read", json!({"skill": "delegate-read"}))),
+        ScriptedOutput::from(call(
+            "spawn_agent",
+            json!({"message": "Write reply.txt.", "tools": ["read_file", "write_file"]}),
+        )),
+        ScriptedOutput::from(call("wait_agent", json!({}))),
+        ScriptedOutput::from("Done.".to_string()),
+        child(call("write_file", json!({"path": "reply.txt", "content": "from the child\n"}))),
+        child("Tried.".to_string()),
+    ];
+    let settings = LoopSettings { max_rounds: 12, agents_allow_write: true, ..LoopSettings::default() };
+    let harness = harness_settings(outputs, Some(base.path().join("skills")), true, settings).await;
+    let reply = ask(&harness, "Delegate.").await;
+    assert_eq!(reply["choices"][0]["message"]["content"], "Done.", "{reply}");
+    let agents = harness.backend.agents();
+    let prompts = harness.backend.prompts();
+    let child_prompt =
+        agents.iter().zip(&prompts).filter(|(a, _)| *a == "/root/1").map(|(_, p)| p.clone()).next_back().unwrap();
+    assert!(
+        child_prompt.contains("write_file is not allowed for the rest of this turn")
+            && child_prompt.contains("'delegate-read' (Task Read)"),
+        "{child_prompt}"
+    );
+}
+
 #[actix_web::test]
 async fn a_failure_the_sandbox_caused_is_named_as_such() {
     // A listener on the host's loopback: the sandbox has a loopback of its

@@ -150,6 +150,9 @@ pub struct ChildSeat {
     pub tree: Arc<AgentTree>,
     /// Our tools it may use, by name (the coordination tools aside).
     pub tools: Vec<String>,
+    /// The parent's skill restrictions when it spawned this child, which
+    /// the child starts under (`allowed-tools` binds the whole turn).
+    pub allowed: crate::tools::allowed::Allowed,
     /// The parent's workspace, which a child reads (and with
     /// `--agents-allow-write` writes) through the same actor and handle.
     pub workspace: Option<ActorRef<WorkspaceMsg>>,
@@ -548,6 +551,7 @@ async fn spawn(
             depth,
             tree: Arc::clone(&tree),
             tools: child_tools,
+            allowed: state.allowed.clone(),
             workspace: state.workspace.as_ref().map(|w| w.actor.clone()),
             seat,
         }),

@@ -571,6 +571,8 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
         round_parts: ContextParts::default(),
         round_demoted: Vec::new(),
     };
+    // A child starts under the skills its parent had loaded when it spawned it.
+    state.allowed = state.seat.as_ref().map(|seat| seat.allowed.clone()).unwrap_or_default();
     // An inlined skill is loaded from the first round.
     for skill in inlined {
         state.allowed.load_from(state.snapshot.as_deref(), &skill);
@@ -727,7 +729,7 @@ impl Actor for LoopActor {
                     state.content_sent = false;
                     state.usage = Usage::default();
                     state.answered.clear();
-                    state.allowed = Allowed::default();
+                    state.allowed = state.seat.as_ref().map(|seat| seat.allowed.clone()).unwrap_or_default();
                     state.cut = false;
                     start_timer(&myself, state);
                     let _ = myself.cast(LoopMsg::Run);
@@ -1037,7 +1039,8 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     // A caller's tool that a loaded skill's allowed-tools leaves out is
     // refused here, like one of ours, instead of going back to the caller.
     let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) = end.calls.into_iter().partition(|call| {
-        !answers_ours || (state.caller_tools.contains(&call.name) && state.allowed.refusal(&call.name).is_none())
+        !answers_ours
+            || (state.caller_tools.contains(&call.name) && state.allowed.refusal(&call.name, &call.arguments).is_none())
     });
     if ours.is_empty() && caller.is_empty() {
         if !state.inputs.is_empty() {
@@ -1270,7 +1273,7 @@ impl ToolRunner {
                     "Not run again: this call is identical to call {} of this turn; its result above applies.",
                     earlier + 1
                 ))
-            } else if let Some(refusal) = allowed.refusal(&call.name) {
+            } else if let Some(refusal) = allowed.refusal(&call.name, &call.arguments) {
                 Answer::failed(refusal)
             } else if let Some(round) = earlier_round {
                 Answer::done(format!(

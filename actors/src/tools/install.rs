@@ -287,6 +287,17 @@ fn segments(line: &str) -> Vec<Segment> {
     out
 }
 
+/// The simple commands of a line, each as its words; `None` when any holds
+/// syntax whose words cannot be known (`$(…)`, backticks, a subshell, an
+/// expansion), which a check of what runs must not guess at.
+pub fn simple_commands(line: &str) -> Option<Vec<Vec<String>>> {
+    let found = segments(line);
+    if found.iter().any(|s| s.opaque) {
+        return None;
+    }
+    Some(found.into_iter().map(|s| s.words).collect())
+}
+
 /// The program a word names, without its folder.
 fn program(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
