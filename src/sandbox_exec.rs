@@ -149,8 +149,7 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
 
     let (program, arguments) = args.command.split_first().ok_or("no command was given")?;
     if args.unconfined {
-        let err = std::process::Command::new(program).args(arguments).exec();
-        return Err(format!("cannot run {}: {err}", program.to_string_lossy()));
+        return run_unconfined(program, arguments);
     }
     let mut sandbox = Birdcage::new();
     let mut allow = |exception: Exception| -> Result<(), String> {
@@ -203,6 +202,55 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
         (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
         (None, None) => SANDBOX_FAILURE,
     })
+}
+
+/// Runs the command without the sandbox, but as the first process of a pid
+/// namespace of its own where the host allows one: when it ends, or when
+/// the server kills its process group, the kernel kills everything it
+/// started, a `setsid` child that left the group included. Where no pid
+/// namespace can be made (no user namespaces and not root) the command is
+/// run in place, and only its process group (and control group, where
+/// there is one) bounds it.
+fn run_unconfined(program: &OsString, arguments: &[OsString]) -> Result<u8, String> {
+    if let Err(why) = enter_pid_namespace() {
+        eprintln!("skillhost: the command runs without a pid namespace of its own ({why})");
+        let err = std::process::Command::new(program).args(arguments).exec();
+        return Err(format!("cannot run {}: {err}", program.to_string_lossy()));
+    }
+    // The first child is the namespace's init: the command itself.
+    let mut child = std::process::Command::new(program)
+        .args(arguments)
+        .spawn()
+        .map_err(|err| format!("cannot run {}: {err}", program.to_string_lossy()))?;
+    let status = child.wait().map_err(|err| format!("cannot wait for the command: {err}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code.clamp(0, 255) as u8,
+        (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+        (None, None) => SANDBOX_FAILURE,
+    })
+}
+
+/// Makes the next child of this process the first of a new pid namespace
+/// (with a user namespace mapping this process's ids to themselves when it
+/// is not root). The process must be single-threaded.
+fn enter_pid_namespace() -> Result<(), String> {
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // SAFETY: unshare with constant flags changes only this process.
+    if uid == 0 && unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text).map_err(|err| format!("{file}: {err}"))
+    };
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("setgroups", "deny".into())?;
+    write("gid_map", format!("{gid} {gid} 1\n"))
 }
 
 /// The hidden subcommand the sandbox starts first: close every descriptor

@@ -71,7 +71,14 @@ fn attempts(setup: &Setup, port: u16) -> Vec<Attempt> {
         Attempt { what: "read root's home", bash: "ls /root/".into(), python: "import os; os.listdir('/root')".into(), allowed: false },
         Attempt { what: "read another skill", bash: format!("cat {other}"), python: py_read(&other), allowed: false },
         Attempt { what: "write into its own skill", bash: format!("echo x > {mine}"), python: py_write(&mine), allowed: false },
-        Attempt { what: "write into the workspace", bash: "echo x > made.txt".into(), python: py_write("made-by-python.txt"), allowed: true },
+        // A new name each run: runs may be leased different uids, and one may
+        // not overwrite another's file.
+        Attempt {
+            what: "write into the workspace",
+            bash: "echo x > made-$RANDOM$RANDOM.txt".into(),
+            python: "import os; open(f'made-{os.urandom(8).hex()}.txt', 'w').write('x')".into(),
+            allowed: true,
+        },
         Attempt {
             what: "write /proc/sys/kernel/hostname",
             bash: "echo evil > /proc/sys/kernel/hostname".into(),
@@ -115,7 +122,8 @@ fn hostile_scripts_end_as_the_table_says() {
         }
     }
     assert!(!setup.skill.join("planted.txt").exists());
-    assert!(setup.workspace.join("made.txt").exists());
+    let made = std::fs::read_dir(&setup.workspace).unwrap().flatten();
+    assert_eq!(made.filter(|e| e.file_name().to_string_lossy().starts_with("made-")).count(), 4);
     assert!(std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim() != "evil");
     drop(listener);
 }
@@ -279,4 +287,49 @@ async fn the_installers_network_reaches_its_proxy_and_nothing_else() {
     }
     use std::sync::atomic::Ordering::Relaxed;
     assert_eq!((egress.stats().forwarded.load(Relaxed), egress.stats().refused.load(Relaxed)), (2, 2));
+}
+
+/// Unconfined (the operator's choice, or no sandbox on the host), a command
+/// still cannot leave a process behind: `setsid` takes a child out of the
+/// process group, but not out of the command's own pid namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unconfined_commands_setsid_child_dies_with_it() {
+    use skillhost_actors::sandbox::launch::{Launcher, Run};
+    let setup = setup();
+    let launcher = Launcher {
+        helper: BINARY.into(),
+        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        cgroups: None,
+    };
+    let pool = unsafe_is_root().then(|| {
+        skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE).unwrap()
+    });
+    let lease = pool.as_ref().map(|pool| pool.lease().unwrap());
+    // A sleep no other test starts, out of the group and off the pipes.
+    let line = "setsid sleep 9876 </dev/null >/dev/null 2>&1 & echo started";
+    let command: Vec<String> = ["/bin/bash", "-c", line].map(String::from).into();
+    let run = Run {
+        profile: "code-exec",
+        workspace: &setup.workspace,
+        owner: lease.as_ref().map(|l| (l.uid(), l.uid())),
+        skill: None,
+        network: false,
+        unconfined: true,
+        command: &command,
+        env: &[],
+        read: &[],
+        start_in: None,
+        proxy: None,
+        timeout: Duration::from_secs(60),
+    };
+    let ran = launcher.run(&run).await.unwrap();
+    assert_eq!((ran.exit_code, ran.stdout.as_str()), (Some(0), "started\n"), "{}", ran.stderr);
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.trim() == "sleep 9876")
+        .collect();
+    assert!(survivors.is_empty(), "the setsid child outlived its command: {survivors:?}");
 }
