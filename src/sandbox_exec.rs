@@ -212,8 +212,10 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
 /// run in place, and only its process group (and control group, where
 /// there is one) bounds it.
 fn run_unconfined(program: &OsString, arguments: &[OsString]) -> Result<u8, String> {
-    if let Err(why) = enter_pid_namespace() {
-        eprintln!("skillhost: the command runs without a pid namespace of its own ({why})");
+    // Where none can be made the command runs in place, silently: its
+    // result already says it was not confined, and a line in every output
+    // would only distract the model.
+    if enter_pid_namespace().is_err() {
         let err = std::process::Command::new(program).args(arguments).exec();
         return Err(format!("cannot run {}: {err}", program.to_string_lossy()));
     }
