@@ -46,4 +46,6 @@ pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpe
 pub use prefix::{MAX_PARKED_TOKENS_PER_CTX, MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
 pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode, UpstreamStats};
 pub use sampling::SamplingParams;
+/// The signing key's name in a `--prefix-cache` folder.
+pub use saved_prefix::KEY_FILE as PREFIX_KEY_FILE;
 pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

@@ -150,8 +150,10 @@ def test_a_shared_system_prompt_is_copied_and_survives_a_restart(start_server, t
     assert timings["copied_n"] > 300, timings
     assert second.usage.prompt_tokens_details.cached_tokens >= timings["copied_n"]
     assert server.metric("skillhost_prompt_tokens_copied_total") >= timings["copied_n"]
-    saved = sorted(p.suffix for p in tmp_path.iterdir())
+    saved = sorted(p.suffix for p in tmp_path.iterdir() if not p.name.startswith("."))
     assert saved == [".json", ".kv"], saved
+    # Records are signed with a key only the server's user can read.
+    assert (tmp_path / ".skillhost-prefix-key").stat().st_mode & 0o777 == 0o600
     server.stop()
 
     restarted = start_server(*args)
