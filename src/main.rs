@@ -202,6 +202,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
         }
     };
     init_logging(config.log_format);
+    protect_from_oom_killer();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_start(sched::mark_as_batch_work)
@@ -218,6 +219,24 @@ fn serve_command(args: ServeArgs) -> ExitCode {
         Err(message) => {
             tracing::error!("{message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server's own OOM priority. Commands raise theirs to
+/// [`sandbox_exec::COMMAND_OOM_SCORE_ADJ`], so when memory runs out the
+/// kernel kills a command before the server; lowering it needs root (or
+/// CAP_SYS_RESOURCE), and without it the server keeps the default.
+pub const SERVER_OOM_SCORE_ADJ: i32 = -500;
+
+fn protect_from_oom_killer() {
+    match std::fs::write("/proc/self/oom_score_adj", SERVER_OOM_SCORE_ADJ.to_string()) {
+        Ok(()) => tracing::info!(
+            oom_score_adj = SERVER_OOM_SCORE_ADJ,
+            "the kernel kills commands before this server when memory runs out"
+        ),
+        Err(err) => {
+            tracing::info!(error = %err, "cannot lower this server's OOM priority (it needs root); commands still go first")
         }
     }
 }

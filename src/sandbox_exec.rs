@@ -18,6 +18,10 @@ use birdcage::{Birdcage, Exception, Sandbox};
 use clap::Args;
 use skillhost_actors::sandbox::profile::{Limits, Profile};
 
+/// A command's OOM priority, the highest: when memory runs out the kernel
+/// kills commands before anything else, the server above all.
+pub const COMMAND_OOM_SCORE_ADJ: i32 = 1000;
+
 /// Exit status when the sandbox itself fails (the command never ran).
 pub const SANDBOX_FAILURE: u8 = 125;
 
@@ -129,6 +133,9 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
         std::env::set_var(name, value);
     }
     set_limits(&profile.limits)?;
+    // Raising one's own score needs no privilege; children inherit it.
+    std::fs::write("/proc/self/oom_score_adj", COMMAND_OOM_SCORE_ADJ.to_string())
+        .map_err(|err| format!("cannot set the command's OOM priority: {err}"))?;
     if let Some(fd) = args.proxy_channel {
         // Before the drop: as root the namespace needs no user namespace.
         // SAFETY: the server passed this descriptor for this alone.

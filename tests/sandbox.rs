@@ -199,6 +199,16 @@ fn unsafe_is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// When memory runs out the kernel picks a command, never the server first.
+#[test]
+fn a_command_is_the_first_the_kernel_kills() {
+    let setup = setup();
+    for profile in ["code-exec", "skills-run"] {
+        let (code, stdout, stderr) = sandboxed(&setup, profile, &["/bin/cat", "/proc/self/oom_score_adj"]);
+        assert_eq!((code, stdout.trim()), (0, "1000"), "{profile}: {stderr}");
+    }
+}
+
 #[test]
 fn doctor_reports_everything_confined() {
     let output = Command::new(BINARY).arg("doctor").output().unwrap();

@@ -5,6 +5,7 @@ import json
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 from conftest import DEFAULT_MODEL, GEMMA_MODEL
 
@@ -129,6 +130,11 @@ def test_a_shared_system_prompt_is_copied_and_survives_a_restart(start_server, t
 
     args = ["--model", str(DEFAULT_MODEL), "--parallel", "4", "--prefix-cache", str(tmp_path)]
     server = start_server(*args)
+    # The kernel kills commands (1000) before the server when memory runs
+    # out; lowering the server's own score needs CAP_SYS_RESOURCE, which a
+    # container's root may lack, and the log says which it was.
+    adj = Path(f"/proc/{server.process.pid}/oom_score_adj").read_text().strip()
+    assert adj == "-500" or "cannot lower this server's OOM priority" in "".join(server.log), adj
     client = OpenAI(base_url=server.url + "/v1", api_key="unused")
     system = shared_system()
     running = client.chat.completions.create(
