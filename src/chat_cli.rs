@@ -28,6 +28,8 @@ const INDICATOR_AFTER: Duration = Duration::from_millis(800);
 const INDICATOR_TICK: Duration = Duration::from_millis(250);
 /// How long leaving waits for a conversation's workspace to go.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// The one caller of the chat CLI's conversations.
+const CLI_CALLER: &str = "cli";
 /// Exit status of a turn stopped with Ctrl-C (128 + SIGINT, as shells say).
 const INTERRUPTED: u8 = 130;
 
@@ -268,7 +270,7 @@ struct Session {
 
 impl Session {
     fn new(server: Server, system: Option<String>, selected: Vec<String>) -> Session {
-        let conversation = server.conversations().resume_or_start(None);
+        let conversation = server.conversations().resume_or_start(None, CLI_CALLER);
         Session { server, system, selected, messages: Vec::new(), conversation }
     }
 
@@ -296,7 +298,7 @@ impl Session {
     async fn reset(&mut self) {
         self.messages.clear();
         self.server.conversations().close_and_wait(&self.conversation, CLOSE_WAIT).await;
-        self.conversation = self.server.conversations().resume_or_start(None);
+        self.conversation = self.server.conversations().resume_or_start(None, CLI_CALLER);
     }
 
     async fn close(&mut self) {

@@ -95,6 +95,21 @@ pub fn style_for(path: &str) -> ErrorStyle {
     }
 }
 
+/// Who a request is, for what it may hold (its Web UI conversations): a
+/// valid key it sent, by a prefix of the key's digest, else its address.
+/// An unknown key counts as none, so varying it makes no new caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+impl Caller {
+    /// The caller of a request the gate did not see (tests that mount the
+    /// routes alone).
+    pub fn of(request: &actix_web::HttpRequest) -> String {
+        use actix_web::HttpMessage;
+        request.extensions().get::<Caller>().map_or_else(|| "local".to_string(), |caller| caller.0.clone())
+    }
+}
+
 /// Who the caller is, by the key it sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
@@ -203,6 +218,21 @@ impl Access {
             // `openai` always send one, even to a server without keys.
             self.anonymous()
         }
+    }
+
+    /// The request's [`Caller`].
+    pub fn caller(&self, request: &ServiceRequest) -> Caller {
+        if let Some(sent) = sent_key(request).map(digest) {
+            let keys = match self.keys.read() {
+                Ok(keys) => keys,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if holds(&keys.admin, &sent) || holds(&keys.user, &sent) {
+                let short: String = sent[..8].iter().map(|b| format!("{b:02x}")).collect();
+                return Caller(format!("key:{short}"));
+            }
+        }
+        Caller(format!("addr:{}", request.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()))
     }
 
     /// The role of a caller without a valid key: anyone may do what needs
@@ -459,6 +489,11 @@ pub async fn gate(
     }
     if let Err(err) = access.check_key(&request, need(&method, &path)) {
         return refuse(request, err);
+    }
+    {
+        use actix_web::HttpMessage;
+        let caller = access.caller(&request);
+        request.extensions_mut().insert(caller);
     }
     if takes_json(&method, &path) && !is_json(&request) {
         return refuse(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix_web::dev::ServiceResponse;
 use actix_web::{test, web, App};
-use serde_json::Value;
+use serde_json::{json, Value};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::ScriptedBackend;
 use skillhost_actors::model::ModelSource;
@@ -564,4 +564,53 @@ async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
         let (status, _, response) = send(&app, "POST", uri, &text, &[]).await;
         assert_eq!(status, 415, "{uri}: {}", String::from_utf8_lossy(&response));
     }
+}
+
+/// A Web UI conversation belongs to the key that opened it: another valid
+/// key naming its id starts a conversation of its own and cannot close it.
+#[actix_web::test]
+async fn a_conversation_belongs_to_the_key_that_opened_it() {
+    const OTHER_USER_KEY: &str = "sk-user-2";
+    let install = tempfile::tempdir().unwrap();
+    let access = AccessConfig { api_keys: vec![USER_KEY.into(), OTHER_USER_KEY.into()], ..keyed() };
+    let state = app_state(access, LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let chat = |key: &'static str, conversation: Option<String>| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}]});
+        if let Some(id) = conversation {
+            body["conversationId"] = json!(id);
+        }
+        (key, body.to_string().into_bytes())
+    };
+    let conversation_of = |body: &[u8]| -> String {
+        let text = String::from_utf8_lossy(body);
+        let done = text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).last().unwrap().to_string();
+        serde_json::from_str::<Value>(&done).unwrap()["conversationId"].as_str().unwrap().to_string()
+    };
+    let ask = |(key, body): (&'static str, Vec<u8>)| {
+        let auth = format!("Bearer {key}");
+        let app = &app;
+        async move {
+            let (status, _, reply) =
+                send(app, "POST", "/api/chat", &Some(("application/json", body)), &[("authorization", &auth)]).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+            conversation_of(&reply)
+        }
+    };
+    let mine = ask(chat(USER_KEY, None)).await;
+    assert_eq!(ask(chat(USER_KEY, Some(mine.clone()))).await, mine, "the opener continues it");
+    let theirs = ask(chat(OTHER_USER_KEY, Some(mine.clone()))).await;
+    assert_ne!(theirs, mine, "another key got the opener's conversation");
+    let close = |key: &'static str| {
+        let auth = format!("Bearer {key}");
+        let uri = format!("/api/conversations/{mine}");
+        let app = &app;
+        async move {
+            let (status, _, body) = send(app, "DELETE", &uri, &None, &[("authorization", &auth)]).await;
+            assert_eq!(status, 200);
+            serde_json::from_slice::<Value>(&body).unwrap()["closed"].clone()
+        }
+    };
+    assert_eq!(close(OTHER_USER_KEY).await, json!(false));
+    assert_eq!(close(USER_KEY).await, json!(true));
 }

@@ -158,7 +158,8 @@ async fn start_chat(
         let what = format!("conversation {}", given.as_deref().unwrap_or_default());
         return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)));
     }
-    let conversation = state.server.conversations().resume_or_start(given.as_deref());
+    let caller = crate::http::access::Caller::of(request);
+    let conversation = state.server.conversations().resume_or_start(given.as_deref(), &caller);
     let new_conversation = given.as_deref() != Some(conversation.as_str());
     let mut wire = ChatCompletionRequest {
         messages: web_request.messages,
@@ -190,12 +191,19 @@ const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `DELETE /api/conversations/{id}`: the conversation's workspace goes, after
 /// the call it is answering, if any.
-pub async fn close_conversation(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+pub async fn close_conversation(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, PlainError> {
     if let Some(owner) = skillhost_actors::replica::elsewhere(&id) {
         let what = format!("conversation {id}");
         return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)).into());
     }
-    let closed = state.server.conversations().close_and_wait(&id, CLOSE_WAIT).await;
+    // Another caller's conversation is not there for this one to close.
+    let conversations = state.server.conversations();
+    let mine = conversations.belongs_to(&id, &crate::http::access::Caller::of(&request));
+    let closed = mine && conversations.close_and_wait(&id, CLOSE_WAIT).await;
     Ok(HttpResponse::Ok().json(json!({"closed": closed})))
 }
 

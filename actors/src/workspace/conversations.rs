@@ -5,6 +5,12 @@
 //! Ids are 128 random bits made here, never chosen by a client: a client
 //! that sends an id this server did not issue (or has forgotten) gets a new
 //! one, so nobody can name their way into another conversation's folder.
+//!
+//! Each conversation belongs to its caller (an API key, or the client's
+//! address where no key is needed): another caller's id is treated as
+//! unknown, a caller holds at most [`MAX_CONVERSATIONS_PER_CALLER`], and
+//! when the server is full the caller holding the most gives one up, so a
+//! client opening conversations in a loop pushes out only its own.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,8 +26,12 @@ pub const CONVERSATION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// Most conversations open at once; the least recently used one goes
 /// first, so a client starting conversations cannot fill the disk.
 pub const MAX_CONVERSATIONS: usize = 64;
+/// Most conversations one caller holds; its least recently used goes first.
+pub const MAX_CONVERSATIONS_PER_CALLER: usize = 16;
 
 struct Entry {
+    /// Who opened it (see the module's notes).
+    caller: String,
     /// The conversation's workspace actor, once a request has made one.
     workspace: Option<ActorRef<WorkspaceMsg>>,
     last_used: Instant,
@@ -63,22 +73,42 @@ impl Conversations {
         entries
     }
 
-    /// The conversation a request belongs to: `given` when this server
-    /// issued it and still has it open, else a new one.
-    pub fn resume_or_start(&self, given: Option<&str>) -> String {
+    /// The conversation a request of `caller` belongs to: `given` when this
+    /// server issued it to that caller and still has it open, else a new one.
+    pub fn resume_or_start(&self, given: Option<&str>, caller: &str) -> String {
         let mut entries = self.entries();
-        if let Some(entry) = given.and_then(|id| entries.get_mut(id)) {
+        if let Some(entry) = given.and_then(|id| entries.get_mut(id)).filter(|e| e.caller == caller) {
             entry.last_used = Instant::now();
             return given.unwrap_or_default().to_string();
         }
-        if entries.len() >= MAX_CONVERSATIONS {
-            if let Some(oldest) = entries.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| k.clone()) {
+        let held = |entries: &HashMap<String, Entry>, who: &str| entries.values().filter(|e| e.caller == who).count();
+        // Past its own cap, the caller's oldest goes; on a full server, the
+        // oldest of whoever holds the most.
+        let giving_up = if held(&entries, caller) >= MAX_CONVERSATIONS_PER_CALLER {
+            Some(caller.to_string())
+        } else if entries.len() >= MAX_CONVERSATIONS {
+            entries.values().map(|e| e.caller.clone()).max_by_key(|who| held(&entries, who))
+        } else {
+            None
+        };
+        if let Some(who) = giving_up {
+            let oldest = entries
+                .iter()
+                .filter(|(_, e)| e.caller == who)
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
                 entries.remove(&oldest);
             }
         }
         let id = new_id();
-        entries.insert(id.clone(), Entry { workspace: None, last_used: Instant::now() });
+        entries.insert(id.clone(), Entry { caller: caller.to_string(), workspace: None, last_used: Instant::now() });
         id
+    }
+
+    /// Whether `id` is open and belongs to `caller`.
+    pub fn belongs_to(&self, id: &str, caller: &str) -> bool {
+        self.entries().get(id).is_some_and(|e| e.caller == caller)
     }
 
     /// The conversation's workspace actor, if it has one yet; `None` also
@@ -141,24 +171,53 @@ mod tests {
     #[test]
     fn ids_are_issued_here_and_unknown_ones_are_replaced() {
         let conversations = Conversations::default();
-        let first = conversations.resume_or_start(None);
+        let first = conversations.resume_or_start(None, "a");
         assert!(first.starts_with("c-") && first.len() == 34, "{first}");
-        assert_eq!(conversations.resume_or_start(Some(&first)), first);
-        let chosen = conversations.resume_or_start(Some("c-mine"));
+        assert_eq!(conversations.resume_or_start(Some(&first), "a"), first);
+        let chosen = conversations.resume_or_start(Some("c-mine"), "a");
         assert_ne!(chosen, "c-mine", "a client-chosen id is never used");
+        // Another caller's id is not theirs to resume.
+        assert_ne!(conversations.resume_or_start(Some(&first), "b"), first);
+        assert!(conversations.belongs_to(&first, "a") && !conversations.belongs_to(&first, "b"));
         assert!(conversations.close(&first));
-        assert_ne!(conversations.resume_or_start(Some(&first)), first, "a closed id does not come back");
+        assert_ne!(conversations.resume_or_start(Some(&first), "a"), first, "a closed id does not come back");
+    }
+
+    #[test]
+    fn a_callers_limit_at_and_past_pushes_out_only_its_own() {
+        let conversations = Conversations::default();
+        let other = conversations.resume_or_start(None, "b");
+        let ids: Vec<String> =
+            (0..MAX_CONVERSATIONS_PER_CALLER).map(|_| conversations.resume_or_start(None, "a")).collect();
+        assert_eq!(conversations.len(), MAX_CONVERSATIONS_PER_CALLER + 1);
+        // One more of a's pushes out a's least recently used, not b's.
+        conversations.resume_or_start(None, "a");
+        assert_eq!(conversations.len(), MAX_CONVERSATIONS_PER_CALLER + 1);
+        assert!(!conversations.belongs_to(&ids[0], "a"));
+        assert!(conversations.belongs_to(&ids[1], "a") && conversations.belongs_to(&other, "b"));
     }
 
     #[test]
     fn conversation_limit_at_and_past() {
         let conversations = Conversations::default();
-        let ids: Vec<String> = (0..MAX_CONVERSATIONS).map(|_| conversations.resume_or_start(None)).collect();
+        let callers = MAX_CONVERSATIONS / MAX_CONVERSATIONS_PER_CALLER;
+        let mut ids = Vec::new();
+        for caller in 0..callers {
+            for _ in 0..MAX_CONVERSATIONS_PER_CALLER - usize::from(caller > 0) {
+                ids.push((caller, conversations.resume_or_start(None, &caller.to_string())));
+            }
+        }
+        let last = conversations.resume_or_start(None, "last");
+        while conversations.len() < MAX_CONVERSATIONS {
+            conversations.resume_or_start(None, &format!("one of {}", conversations.len()));
+        }
         assert_eq!(conversations.len(), MAX_CONVERSATIONS);
-        // One more pushes out the least recently used (the first).
-        conversations.resume_or_start(None);
+        // One more, on a full server: caller 0 holds the most and gives up
+        // its least recently used; the newcomer and the rest keep theirs.
+        let newest = conversations.resume_or_start(None, "newest");
         assert_eq!(conversations.len(), MAX_CONVERSATIONS);
-        assert!(!conversations.close(&ids[0]));
-        assert!(conversations.close(&ids[1]));
+        assert!(!conversations.belongs_to(&ids[0].1, "0"));
+        assert!(conversations.belongs_to(&ids[1].1, "0") && conversations.belongs_to(&last, "last"));
+        assert!(conversations.belongs_to(&newest, "newest"));
     }
 }
