@@ -167,7 +167,7 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
     figures["workspaces after"] = len(workspaces)
     # A Web UI client that hangs up just as the final frame (naming the
     # conversation) is written cannot be told apart from one that read it:
-    # that conversation stays open (at most 64, for 30 idle minutes), with
+    # that conversation stays open (at most 16 for one caller, for 30 idle minutes), with
     # its workspace. Every workspace left must belong to one.
     figures["open conversations"] = metric(url, "skillhost_open_conversations")
     figures["workspaces not held by a conversation"] = max(0, len(workspaces) - int(figures["open conversations"]))
