@@ -290,8 +290,13 @@ async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
     }
     let artifacts = ArtifactStore::new(&artifacts_base, ArtifactLimits::default())
         .map_err(|err| format!("cannot create the artifact store: {err}"))?;
-    let setup =
-        sandbox_cli::host_setup(&launcher.profile_dir, exec.uid_range, exec.workspace_max_bytes, &workspace_base);
+    let setup = sandbox_cli::host_setup(
+        &launcher.profile_dir,
+        exec.uid_range,
+        exec.workspace_max_bytes,
+        exec.sandbox_memory,
+        &workspace_base,
+    );
     if let Some(owner) = setup.probe_owner() {
         if let Some(blocked) = skillhost_actors::workspace::unreachable_ancestor(&workspace_base, owner) {
             return Err(format!(

@@ -119,7 +119,15 @@ impl HostSetup {
 /// Decides what this host gives: a uid per workspace (root only), a
 /// control group per command, a size cap per workspace (root and a
 /// mountable tmpfs).
-pub fn host_setup(profile_dir: &Path, range: UidRange, max_bytes: u64, workspace_base: &Path) -> HostSetup {
+/// `sandbox_memory`: what size-capped workspaces may hold together
+/// (`--sandbox-memory`; half of this host's memory when `None`).
+pub fn host_setup(
+    profile_dir: &Path,
+    range: UidRange,
+    max_bytes: u64,
+    sandbox_memory: Option<u64>,
+    workspace_base: &Path,
+) -> HostSetup {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     let mut facts = Vec::new();
@@ -164,16 +172,24 @@ pub fn host_setup(profile_dir: &Path, range: UidRange, max_bytes: u64, workspace
     } else {
         Err("the server does not run as root".into())
     };
+    let budget = sandbox_memory.unwrap_or_else(skillhost_actors::workspace::default_sandbox_memory);
     facts.push(Check {
         what: "each workspace has a size cap",
         kept: capped.is_ok(),
         detail: match &capped {
-            Ok(()) => format!("a tmpfs of {max_bytes} bytes"),
+            Ok(()) => format!(
+                "a tmpfs of {max_bytes} bytes; together at most {budget} bytes (--sandbox-memory), so {} at once",
+                budget / max_bytes
+            ),
             Err(why) => format!("{why}; only the per-file limit applies"),
         },
     });
     HostSetup {
-        workspaces: WorkspaceOptions { uids, size_cap: capped.is_ok().then_some(max_bytes) },
+        workspaces: WorkspaceOptions {
+            uids,
+            size_cap: capped.is_ok().then_some(max_bytes),
+            budget: capped.is_ok().then(|| skillhost_actors::workspace::MemoryBudget::new(budget)),
+        },
         cgroups: cgroups.ok().map(Arc::new),
         facts,
     }
@@ -259,7 +275,7 @@ pub fn doctor(args: DoctorArgs) -> Result<(String, bool), String> {
     let (mut launcher, _profiles) = launcher(args.sandbox_profiles)?;
     let (base, _base_guard) =
         own_folder(&std::env::temp_dir()).map_err(|err| format!("cannot create a scratch folder: {err}"))?;
-    let setup = host_setup(&launcher.profile_dir, args.sandbox_uid_range, args.workspace_max_bytes, &base);
+    let setup = host_setup(&launcher.profile_dir, args.sandbox_uid_range, args.workspace_max_bytes, None, &base);
     launcher.cgroups = setup.cgroups.clone();
     let scratch =
         Workspace::create(&base, &setup.workspaces).map_err(|err| format!("cannot create a scratch folder: {err}"))?;

@@ -53,6 +53,7 @@ pub fn run() {
     let options = WorkspaceOptions {
         uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
         size_cap: None,
+        budget: None,
     };
     let workspace = Workspace::create(base.path(), &options).expect("workspace");
     let command = ["/usr/bin/true".to_string()];

@@ -305,6 +305,9 @@ pub struct ServeArgs {
     /// Largest a workspace may grow, in bytes (a size-capped tmpfs when the server is root) [default: 1073741824]
     #[arg(long = "workspace-max-bytes", env = "SKILLHOST_WORKSPACE_MAX_BYTES")]
     pub workspace_max_bytes: Option<u64>,
+    /// What size-capped workspaces may hold together, in bytes; a new one past it is refused [default: half of this host's memory]
+    #[arg(long = "sandbox-memory", env = "SKILLHOST_SANDBOX_MEMORY")]
+    pub sandbox_memory: Option<u64>,
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
     #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES", value_hint = ValueHint::DirPath)]
     pub sandbox_profiles: Option<PathBuf>,
@@ -339,6 +342,8 @@ pub struct ExecConfig {
     pub sandbox_profiles: Option<PathBuf>,
     pub workspace_dir: PathBuf,
     pub workspace_max_bytes: u64,
+    /// `--sandbox-memory`; `None` for half of the host's memory.
+    pub sandbox_memory: Option<u64>,
 }
 
 impl Default for ExecConfig {
@@ -359,6 +364,7 @@ impl Default for ExecConfig {
             sandbox_profiles: None,
             workspace_dir: std::env::temp_dir(),
             workspace_max_bytes: DEFAULT_WORKSPACE_MAX_BYTES,
+            sandbox_memory: None,
         }
     }
 }
@@ -739,6 +745,11 @@ impl ServeArgs {
                 "--workspace-max-bytes must be at least {MIN_WORKSPACE_BYTES} (1 MiB), got {workspace_max_bytes}"
             )));
         }
+        if let Some(budget) = self.sandbox_memory.filter(|b| *b < workspace_max_bytes) {
+            return Err(ConfigError(format!(
+                "--sandbox-memory {budget} cannot hold one workspace of {workspace_max_bytes} bytes (--workspace-max-bytes): give at least that"
+            )));
+        }
         let install = match self.code_exec_allow_install {
             true if !code_exec => {
                 return Err(ConfigError(
@@ -766,6 +777,7 @@ impl ServeArgs {
             sandbox_profiles: self.sandbox_profiles.clone(),
             workspace_dir: self.workspace_dir.clone().unwrap_or_else(std::env::temp_dir),
             workspace_max_bytes,
+            sandbox_memory: self.sandbox_memory,
         };
         // A command granted the network shares the host's: it could reach
         // this server's own API, other services on loopback and the
@@ -1087,6 +1099,21 @@ mod tests {
         // Every host has an account with a uid of 1 to 100 (daemon, bin...).
         let err = resolve(MIN_WORKSPACE_BYTES, Some("1-100")).unwrap_err().to_string();
         assert!(err.starts_with("--sandbox-uid-range 1-100 holds accounts of this host"), "{err}");
+        // The sandbox memory holds one workspace at least: at that, and one
+        // byte short of it.
+        let budget = |bytes: u64| {
+            ServeArgs {
+                model: Some(dir.path().join("m.gguf")),
+                workspace_max_bytes: Some(MIN_WORKSPACE_BYTES),
+                sandbox_memory: Some(bytes),
+                skills: SkillArgs { no_skills: true, ..SkillArgs::default() },
+                ..ServeArgs::default()
+            }
+            .resolve()
+        };
+        assert_eq!(budget(MIN_WORKSPACE_BYTES).unwrap().exec.sandbox_memory, Some(MIN_WORKSPACE_BYTES));
+        let err = budget(MIN_WORKSPACE_BYTES - 1).unwrap_err().to_string();
+        assert!(err.contains("cannot hold one workspace"), "{err}");
     }
 
     #[test]

@@ -73,6 +73,18 @@ pub(super) async fn harness_exec(
     settings: LoopSettings,
     tweak: impl FnOnce(&mut ExecSettings),
 ) -> Harness {
+    harness_workspaces(outputs, skills, code_exec, settings, tweak, |_| {}).await
+}
+
+/// [`harness_exec`], with the way workspaces are made changed by `shape`.
+async fn harness_workspaces(
+    outputs: Vec<ScriptedOutput>,
+    skills: Option<PathBuf>,
+    code_exec: bool,
+    settings: LoopSettings,
+    tweak: impl FnOnce(&mut ExecSettings),
+    shape: impl FnOnce(&mut WorkspaceOptions),
+) -> Harness {
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
@@ -82,13 +94,16 @@ pub(super) async fn harness_exec(
     let mut exec_settings =
         ExecSettings::confined(launcher, skillhost_actors::sandbox::interpreters::Interpreters::detect());
     tweak(&mut exec_settings);
+    let mut workspaces = WorkspaceOptions {
+        uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
+        size_cap: None,
+        budget: None,
+    };
+    shape(&mut workspaces);
     let exec = ExecRuntime {
         settings: Arc::new(exec_settings),
         workspace_base: base.path().join("workspaces"),
-        workspaces: WorkspaceOptions {
-            uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
-            size_cap: None,
-        },
+        workspaces,
         code_exec,
     };
     std::fs::create_dir_all(base.path().join("workspaces")).unwrap();
@@ -628,6 +643,76 @@ async fn a_child_starts_under_the_skills_its_parent_loaded() {
             && child_prompt.contains("'delegate-read' (Task Read)"),
         "{child_prompt}"
     );
+}
+
+/// Workspaces filled to their caps never pass the sandbox memory: past it
+/// a new conversation's turn is told why it has no code tools, the server
+/// keeps answering, and a closed conversation's share comes back. (Needs
+/// root, which mounts the size-capped tmpfs; CI runs as root.)
+#[actix_web::test]
+async fn a_full_sandbox_memory_refuses_a_new_workspace_and_the_server_answers_throughout() {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root mounts size-capped workspaces");
+        return;
+    }
+    const CAP: u64 = 4 * 1024 * 1024;
+    let fill = || call("shell", json!({"command": "head -c 3000000 /dev/zero > fill && echo filled"}));
+    let outputs = vec![fill(), "one".into(), fill(), "two".into(), "three".into(), fill(), "four".into()];
+    let settings = LoopSettings { max_rounds: 4, ..LoopSettings::default() };
+    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
+    let budget = skillhost_actors::workspace::MemoryBudget::new(2 * CAP);
+    let held = Arc::clone(&budget);
+    let harness = harness_workspaces(
+        outputs,
+        None,
+        true,
+        settings,
+        |_| {},
+        move |options| {
+            options.size_cap = Some(CAP);
+            options.budget = Some(budget);
+        },
+    )
+    .await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let health = || async {
+        let response = test::call_service(&app, test::TestRequest::get().uri("/health").to_request()).await;
+        assert_eq!(response.status().as_u16(), 200);
+    };
+    let turn = |content: &'static str| {
+        let app = &app;
+        async move {
+            let body = json!({"messages": [{"role": "user", "content": content}]});
+            let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
+            let text = String::from_utf8(test::call_and_read_body(app, request).await.to_vec()).unwrap();
+            let done = text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).last().unwrap().to_string();
+            serde_json::from_str::<Value>(&done).unwrap()["conversationId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = turn("Fill one.").await;
+    health().await;
+    turn("Fill two.").await;
+    health().await;
+    assert_eq!(held.held(), 2 * CAP);
+    turn("A third.").await;
+    health().await;
+    let third = harness.backend.prompts().pop().unwrap();
+    assert!(
+        third.contains("Code execution is not available for this request: the server's sandbox memory is full"),
+        "{third}"
+    );
+    assert!(!third.contains("- shell:"), "the refused turn was offered the shell: {third}");
+    // The first conversation closes: its share comes back, and a new one fits.
+    let closed =
+        test::call_service(&app, test::TestRequest::delete().uri(&format!("/api/conversations/{first}")).to_request())
+            .await;
+    assert_eq!(closed.status().as_u16(), 200);
+    assert_eq!(held.held(), CAP);
+    turn("A fourth.").await;
+    let fourth = harness.backend.prompts().pop().unwrap();
+    assert!(fourth.contains("filled\n[exit status 0]"), "{fourth}");
+    health().await;
 }
 
 #[actix_web::test]

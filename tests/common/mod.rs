@@ -63,7 +63,11 @@ pub async fn harness(setup: Setup) -> Harness {
     std::fs::create_dir(&artifacts_dir).unwrap();
     let store = ArtifactStore::new(&artifacts_dir, ArtifactLimits::default()).unwrap();
     let (store, _) = Actor::spawn(None, ArtifactStoreActor, store).await.unwrap();
-    let options = WorkspaceOptions { uids: Some(UidPool::new(DEFAULT_UID_RANGE).unwrap()), size_cap: setup.size_cap };
+    let options = WorkspaceOptions {
+        uids: Some(UidPool::new(DEFAULT_UID_RANGE).unwrap()),
+        size_cap: setup.size_cap,
+        budget: None,
+    };
     Harness {
         base: base.path().to_path_buf(),
         _base: base,

@@ -38,7 +38,7 @@ use crate::tools::allowed::Allowed;
 use crate::tools::skills::{self as skill_tools, ToolContext};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
 use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
-use crate::workspace::conversations::Conversations;
+use crate::workspace::conversations::{Conversations, RECLAIM_IDLE_AFTER};
 use crate::workspace::Workspace;
 use agents::{AgentLimits, AgentStats, AgentTree, Agents, ChildSeat};
 use budget::ContextParts;
@@ -366,6 +366,17 @@ async fn open_workspace(
     }
     let base = exec.workspace_base.clone();
     let options = exec.workspaces.clone();
+    if let (Some(budget), Some(bytes)) = (&options.budget, options.size_cap) {
+        // Under pressure, conversations idle the longest give their folders
+        // back first; when none is idle the new folder is refused.
+        let idle_before = std::time::Instant::now().checked_sub(RECLAIM_IDLE_AFTER);
+        while !budget.fits(bytes) {
+            let Some(idle_before) = idle_before else { break };
+            if !conversations.close_least_recent_idle(idle_before, conversation).await {
+                break;
+            }
+        }
+    }
     let workspace = tokio::task::spawn_blocking(move || Workspace::create(&base, &options))
         .await
         .map_err(|err| err.to_string())?
@@ -434,7 +445,13 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
     } else if let Some(e) = exec.as_ref().filter(|e| e.code_exec && capabilities.tools) {
         match open_workspace(myself, e, &conversations, request.conversation.as_deref()).await {
             Ok(opened) => workspace = Some(opened),
-            Err(err) => tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it"),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it");
+                // The model is told why, so the answer can say it.
+                extra_prompt = Some(format!(
+                    "Code execution is not available for this request: {err}. Answer without running code, and say so if the task needed it."
+                ));
+            }
         }
     }
     let mut sandbox = None;

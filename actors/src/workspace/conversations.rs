@@ -28,6 +28,11 @@ pub const CONVERSATION_IDLE: Duration = Duration::from_secs(30 * 60);
 pub const MAX_CONVERSATIONS: usize = 64;
 /// Most conversations one caller holds; its least recently used goes first.
 pub const MAX_CONVERSATIONS_PER_CALLER: usize = 16;
+/// A conversation unused this long may give its folder back when the
+/// sandbox memory is full (see `chat_loop::open_workspace`).
+pub const RECLAIM_IDLE_AFTER: Duration = Duration::from_secs(10 * 60);
+/// How long reclaiming waits for one conversation's folder to go.
+const RECLAIM_WAIT: Duration = Duration::from_secs(10);
 
 struct Entry {
     /// Who opened it (see the module's notes).
@@ -147,6 +152,27 @@ impl Conversations {
         true
     }
 
+    /// Closes the least recently used conversation that holds a folder and
+    /// was last used before `idle_before` (never `keep`), and waits for its
+    /// folder to go; `false` when there is none.
+    pub async fn close_least_recent_idle(&self, idle_before: Instant, keep: Option<&str>) -> bool {
+        let oldest = {
+            let entries = self.entries();
+            entries
+                .iter()
+                .filter(|(id, e)| e.workspace.is_some() && e.last_used < idle_before && Some(id.as_str()) != keep)
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(id, _)| id.clone())
+        };
+        match oldest {
+            Some(id) => {
+                tracing::warn!(conversation = %id, "the sandbox memory is full: an idle conversation's folder is reclaimed");
+                self.close_and_wait(&id, RECLAIM_WAIT).await
+            }
+            None => false,
+        }
+    }
+
     /// Closes every conversation and waits for their folders to go.
     pub async fn close_all(&self, timeout: Duration) {
         let ids: Vec<String> = self.entries().keys().cloned().collect();
@@ -195,6 +221,34 @@ mod tests {
         assert_eq!(conversations.len(), MAX_CONVERSATIONS_PER_CALLER + 1);
         assert!(!conversations.belongs_to(&ids[0], "a"));
         assert!(conversations.belongs_to(&ids[1], "a") && conversations.belongs_to(&other, "b"));
+    }
+
+    #[tokio::test]
+    async fn reclaiming_takes_the_least_recently_used_idle_folder_never_the_one_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let conversations = Conversations::default();
+        let before_any = Instant::now();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let id = conversations.resume_or_start(None, "a");
+            let workspace = crate::workspace::Workspace::create(base.path(), &Default::default()).unwrap();
+            let (actor, _) = ractor::Actor::spawn(None, super::super::actor::WorkspaceActor, workspace).await.unwrap();
+            conversations.attach(&id, actor);
+            ids.push(id);
+        }
+        // One without a folder holds no memory: never picked.
+        let bare = conversations.resume_or_start(None, "a");
+        let now = Instant::now();
+        assert!(!conversations.close_least_recent_idle(before_any, None).await, "nothing was idle that long");
+        // The oldest is kept (the request's own): the next oldest goes.
+        assert!(conversations.close_least_recent_idle(now, Some(&ids[0])).await);
+        assert!(conversations.belongs_to(&ids[0], "a") && !conversations.belongs_to(&ids[1], "a"));
+        assert!(conversations.close_least_recent_idle(now, None).await);
+        assert!(!conversations.belongs_to(&ids[0], "a"));
+        assert!(conversations.close_least_recent_idle(now, None).await);
+        assert!(!conversations.close_least_recent_idle(now, None).await);
+        assert!(conversations.belongs_to(&bare, "a"));
+        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0, "every reclaimed folder is gone");
     }
 
     #[test]

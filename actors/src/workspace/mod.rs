@@ -26,6 +26,84 @@ pub struct WorkspaceOptions {
     /// fills it gets "no space left" and the host's disk stays untouched.
     /// Decided at start-up: only root can mount.
     pub size_cap: Option<u64>,
+    /// What the size-capped workspaces may hold together
+    /// (`--sandbox-memory`); each reserves its whole cap while it lives.
+    pub budget: Option<Arc<MemoryBudget>>,
+}
+
+/// A server-wide bound on what live workspaces hold in memory.
+///
+/// A tmpfs workspace's pages are memory the kernel cannot take back by
+/// killing a process: filled, dozens of them would leave the OOM killer
+/// only the server to kill. Each workspace reserves its whole size cap for
+/// its life, so together they never pass the budget; commands are bounded
+/// one by one (their control group) and are the kernel's first choice
+/// (`oom_score_adj` 1000).
+#[derive(Debug)]
+pub struct MemoryBudget {
+    total: u64,
+    held: std::sync::atomic::AtomicU64,
+}
+
+/// Bytes reserved from a [`MemoryBudget`], given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<MemoryBudget>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Half of this host's memory (`MemTotal`), the budget when none is given:
+/// the rest is the model's, the server's and the commands'. 4 GiB where
+/// `/proc/meminfo` cannot be read.
+pub fn default_sandbox_memory() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    total_kib.map_or(4 * 1024 * 1024 * 1024, |kib| kib * 1024 / 2)
+}
+
+impl MemoryBudget {
+    pub fn new(total: u64) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget { total, held: std::sync::atomic::AtomicU64::new(0) })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether `bytes` more would fit now.
+    pub fn fits(&self, bytes: u64) -> bool {
+        self.held().saturating_add(bytes) <= self.total
+    }
+
+    /// `bytes` of the budget, or `None` when they do not fit.
+    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.held
+            .fetch_update(SeqCst, SeqCst, |held| held.checked_add(bytes).filter(|after| *after <= self.total))
+            .ok()?;
+        Some(Reservation { budget: Arc::clone(self), bytes })
+    }
+
+    /// The sentence for a workspace that does not fit.
+    pub fn full(&self) -> String {
+        format!(
+            "the server's sandbox memory is full: live workspaces hold {} of the {} bytes --sandbox-memory allows; try again when a conversation closes",
+            self.held(),
+            self.total
+        )
+    }
 }
 
 /// A private folder for one request or conversation, deleted when dropped.
@@ -43,6 +121,9 @@ pub struct Workspace {
     mounted: bool,
     /// The uid the folder and its commands belong to.
     lease: Option<UidLease>,
+    /// Its share of the sandbox memory, given back after the folder goes
+    /// (declared last: fields drop in order, and `Drop` unmounts first).
+    _reserved: Option<Reservation>,
 }
 
 impl Workspace {
@@ -58,9 +139,16 @@ impl Workspace {
             None => None,
         };
         let owner = lease.as_ref().map(|l| (l.uid(), l.uid()));
+        let reserved = match (&options.budget, options.size_cap) {
+            (Some(budget), Some(bytes)) => {
+                Some(budget.reserve(bytes).ok_or_else(|| std::io::Error::other(budget.full()))?)
+            }
+            _ => None,
+        };
         let path = base.join(format!("ws-{}", Alphanumeric.sample_string(&mut rand::rng(), 16)));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let mut workspace = Workspace { path, worker: worker::Worker::stopped(), mounted: false, lease };
+        let mut workspace =
+            Workspace { path, worker: worker::Worker::stopped(), mounted: false, lease, _reserved: reserved };
         if let Some(bytes) = options.size_cap {
             mount_tmpfs(&workspace.path, bytes, owner)?;
             workspace.mounted = true;
@@ -257,6 +345,26 @@ pub fn unreachable_ancestor(path: &Path, (uid, gid): (u32, u32)) -> Option<PathB
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_memory_holds_its_total_and_not_a_byte_more() {
+        let budget = MemoryBudget::new(3 * 1024);
+        let held: Vec<Reservation> = (0..3).map(|_| budget.reserve(1024).unwrap()).collect();
+        assert_eq!(budget.held(), 3 * 1024);
+        assert!(budget.reserve(1).is_none(), "one byte past the total");
+        assert!(budget.full().starts_with("the server's sandbox memory is full"));
+        drop(held);
+        assert_eq!(budget.held(), 0);
+        // A workspace past the budget is refused with that sentence; the one
+        // that fits is made, and gives its share back when it goes.
+        let base = tempfile::tempdir().unwrap();
+        let tight = MemoryBudget::new(1024);
+        let _taken = tight.reserve(1).unwrap();
+        let options = WorkspaceOptions { size_cap: Some(1024), budget: Some(Arc::clone(&tight)), ..Default::default() };
+        let err = Workspace::create(base.path(), &options).unwrap_err().to_string();
+        assert!(err.starts_with("the server's sandbox memory is full"), "{err}");
+        assert_eq!(tight.held(), 1);
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
