@@ -173,12 +173,14 @@ pub fn host_setup(
         Err("the server does not run as root".into())
     };
     let budget = sandbox_memory.unwrap_or_else(skillhost_actors::workspace::default_sandbox_memory);
+    // One budget for both: live tmpfs workspaces and running commands.
+    let memory = skillhost_actors::workspace::MemoryBudget::new(budget);
     facts.push(Check {
         what: "each workspace has a size cap",
         kept: capped.is_ok(),
         detail: match &capped {
             Ok(()) => format!(
-                "a tmpfs of {max_bytes} bytes; together at most {budget} bytes (--sandbox-memory), so {} at once",
+                "a tmpfs of {max_bytes} bytes; with running commands at most {budget} bytes together (--sandbox-memory), so {} at once",
                 budget / max_bytes
             ),
             Err(why) => format!("{why}; only the per-file limit applies"),
@@ -188,9 +190,9 @@ pub fn host_setup(
         workspaces: WorkspaceOptions {
             uids,
             size_cap: capped.is_ok().then_some(max_bytes),
-            budget: capped.is_ok().then(|| skillhost_actors::workspace::MemoryBudget::new(budget)),
+            budget: capped.is_ok().then(|| Arc::clone(&memory)),
         },
-        cgroups: cgroups.ok().map(Arc::new),
+        cgroups: cgroups.ok().map(|groups| Arc::new(groups.with_budget(memory))),
         facts,
     }
 }

@@ -81,3 +81,49 @@ async fn one_request_cannot_starve_another() {
     let grown = common::memory("VmRSS").saturating_sub(rss_before);
     assert!(grown < 64 * 1024 * 1024, "the server's memory grew by {grown} bytes");
 }
+
+/// Running commands and live workspaces share one sandbox memory: a
+/// command's memory limit is lowered to what is left, and with less than
+/// `MIN_COMMAND_MEMORY` left it is refused with the budget's sentence.
+#[test]
+fn commands_take_their_memory_from_the_sandbox_memory() {
+    use skillhost_actors::sandbox::cgroups::MIN_COMMAND_MEMORY;
+    use skillhost_actors::workspace::MemoryBudget;
+    const MIB: u64 = 1024 * 1024;
+    // A page short of room for a second command (the kernel keeps limits
+    // in whole pages).
+    const PAGE: u64 = 4096;
+    let budget = MemoryBudget::new(TEST_LIMITS.memory_bytes + MIN_COMMAND_MEMORY - PAGE);
+    let cgroups = Cgroups::detect(TEST_LIMITS)
+        .expect("control groups: this test needs a root server on a host with the memory and pids controllers (cgroup v2 or v1)")
+        .with_budget(Arc::clone(&budget));
+    let limit_of = |group: &skillhost_actors::sandbox::cgroups::CommandGroup| -> u64 {
+        group
+            .dirs()
+            .iter()
+            .find_map(|dir| {
+                ["memory.max", "memory.limit_in_bytes"]
+                    .iter()
+                    .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())
+            })
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The profile's whole limit fits: it is reserved while the group lives.
+    let first = cgroups.create().unwrap();
+    assert_eq!(limit_of(&first), TEST_LIMITS.memory_bytes);
+    assert_eq!(budget.held(), TEST_LIMITS.memory_bytes);
+    // A page short of the least a command gets: refused.
+    let err = cgroups.create().unwrap_err().to_string();
+    assert!(err.starts_with("the server's sandbox memory is full"), "{err}");
+    drop(first);
+    assert_eq!(budget.held(), 0);
+    // With a workspace holding part of it, the next command gets the rest.
+    let workspace = budget.reserve(TEST_LIMITS.memory_bytes - 100 * MIB).unwrap();
+    let second = cgroups.create().unwrap();
+    assert_eq!(limit_of(&second), 100 * MIB + MIN_COMMAND_MEMORY - PAGE);
+    drop((second, workspace));
+    assert_eq!(budget.held(), 0);
+}

@@ -19,6 +19,9 @@ use std::time::Duration;
 
 use rand::distr::{Alphanumeric, SampleString};
 
+use crate::workspace::{MemoryBudget, Reservation};
+use std::sync::Arc;
+
 /// CPU weight of a command relative to the server's threads (v2 weights
 /// run 1 to 10000, 100 by default; v1 shares default to 1024).
 const COMMAND_CPU_WEIGHT_V2: u32 = 10;
@@ -47,13 +50,22 @@ enum Layout {
 pub struct Cgroups {
     layout: Layout,
     limits: GroupLimits,
+    /// The server's sandbox memory: each command reserves its group's
+    /// memory limit from it while it runs, lowered to what is left.
+    budget: Option<Arc<MemoryBudget>>,
 }
+
+/// The least memory a command is started with; with less left in the
+/// sandbox memory it is refused instead.
+pub const MIN_COMMAND_MEMORY: u64 = 64 * 1024 * 1024;
 
 /// One command's group; killed and removed when dropped.
 #[derive(Debug)]
 pub struct CommandGroup {
     dirs: Vec<PathBuf>,
     v2: bool,
+    /// Its share of the sandbox memory, given back after the group goes.
+    _reserved: Option<Reservation>,
 }
 
 /// Where each controller of this process's groups lives: (controllers, path
@@ -105,11 +117,11 @@ impl Cgroups {
         let groups = own_groups();
         let mounts = cgroup_mounts();
         let v2 = match Self::setup_v2(&groups, &mounts) {
-            Ok(parent) => return Ok(Cgroups { layout: Layout::V2 { parent }, limits }),
+            Ok(parent) => return Ok(Cgroups { layout: Layout::V2 { parent }, limits, budget: None }),
             Err(why) => why,
         };
         match Self::setup_v1(&groups, &mounts) {
-            Ok(parents) => Ok(Cgroups { layout: Layout::V1 { parents }, limits }),
+            Ok(parents) => Ok(Cgroups { layout: Layout::V1 { parents }, limits, budget: None }),
             Err(v1) => Err(format!("cgroup v2: {v2}; cgroup v1: {v1}")),
         }
     }
@@ -186,16 +198,35 @@ impl Cgroups {
         self.limits
     }
 
-    /// A new group for one command, with its limits written.
+    /// The same groups, with commands' memory counted against `budget`.
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Cgroups {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// A new group for one command, with its limits written: its memory
+    /// limit is the profile's, or what is left of the sandbox memory when
+    /// that is less (refused under [`MIN_COMMAND_MEMORY`]).
     pub fn create(&self) -> std::io::Result<CommandGroup> {
         let name = random_name("cmd-");
-        let memory = self.limits.memory_bytes.to_string();
+        let (limit, reserved) = match &self.budget {
+            Some(budget) => {
+                let left = budget.total().saturating_sub(budget.held());
+                let limit = self.limits.memory_bytes.min(left);
+                match budget.reserve(limit).filter(|_| limit >= MIN_COMMAND_MEMORY) {
+                    Some(reserved) => (limit, Some(reserved)),
+                    None => return Err(std::io::Error::other(budget.full())),
+                }
+            }
+            None => (self.limits.memory_bytes, None),
+        };
+        let memory = limit.to_string();
         let pids = self.limits.processes.to_string();
         match &self.layout {
             Layout::V2 { parent } => {
                 let dir = parent.join(&name);
                 std::fs::create_dir(&dir)?;
-                let group = CommandGroup { dirs: vec![dir.clone()], v2: true };
+                let group = CommandGroup { dirs: vec![dir.clone()], v2: true, _reserved: reserved };
                 write(&dir.join("memory.max"), &memory)?;
                 // Swap would let a command past its memory limit; the
                 // file is absent where swap accounting is off.
@@ -205,7 +236,7 @@ impl Cgroups {
                 Ok(group)
             }
             Layout::V1 { parents } => {
-                let mut group = CommandGroup { dirs: Vec::new(), v2: false };
+                let mut group = CommandGroup { dirs: Vec::new(), v2: false, _reserved: reserved };
                 for parent in parents {
                     let dir = parent.join(&name);
                     std::fs::create_dir(&dir)?;
