@@ -217,6 +217,22 @@ fn doctor_reports_everything_confined() {
     assert!(text.contains("Everything is confined."), "{text}");
 }
 
+/// The helper as the tools start it, and, as root, a leased uid for the
+/// command, as a server's would have.
+fn launcher_and_lease(
+) -> (skillhost_actors::sandbox::launch::Launcher, Option<skillhost_actors::sandbox::uids::UidLease>) {
+    let launcher = skillhost_actors::sandbox::launch::Launcher {
+        helper: BINARY.into(),
+        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        cgroups: None,
+    };
+    let lease = unsafe_is_root().then(|| {
+        let pool = skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE);
+        pool.unwrap().lease().unwrap()
+    });
+    (launcher, lease)
+}
+
 /// What a program in the installer's network sees, printed one fact a line.
 const NETWORK_PROBE: &str = r#"
 import socket, sys, urllib.request
@@ -242,7 +258,7 @@ except urllib.error.HTTPError as err:
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installers_network_reaches_its_proxy_and_nothing_else() {
     use skillhost_actors::sandbox::egress::Egress;
-    use skillhost_actors::sandbox::launch::{Launcher, Run};
+    use skillhost_actors::sandbox::launch::Run;
     let setup = setup();
     // Stands for the server's own port: nothing may connect to it.
     let api = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -258,16 +274,7 @@ async fn the_installers_network_reaches_its_proxy_and_nothing_else() {
         }
     });
     let egress = Egress::new(vec!["127.0.0.1".into()]);
-    let launcher = Launcher {
-        helper: BINARY.into(),
-        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
-        cgroups: None,
-    };
-    // As root the command runs as a leased uid, as a server's would.
-    let pool = unsafe_is_root().then(|| {
-        skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE).unwrap()
-    });
-    let lease = pool.as_ref().map(|pool| pool.lease().unwrap());
+    let (launcher, lease) = launcher_and_lease();
     let api_port = api.local_addr().unwrap().port().to_string();
     let command: Vec<String> =
         ["/usr/bin/python3", "-c", NETWORK_PROBE, &api_port, &origin_port.to_string()].map(String::from).into();
@@ -304,17 +311,9 @@ async fn the_installers_network_reaches_its_proxy_and_nothing_else() {
 /// process group, but not out of the command's own pid namespace.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unconfined_commands_setsid_child_dies_with_it() {
-    use skillhost_actors::sandbox::launch::{Launcher, Run};
+    use skillhost_actors::sandbox::launch::Run;
     let setup = setup();
-    let launcher = Launcher {
-        helper: BINARY.into(),
-        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
-        cgroups: None,
-    };
-    let pool = unsafe_is_root().then(|| {
-        skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE).unwrap()
-    });
-    let lease = pool.as_ref().map(|pool| pool.lease().unwrap());
+    let (launcher, lease) = launcher_and_lease();
     // A sleep no other test starts, out of the group and off the pipes.
     let line = "setsid sleep 9876 </dev/null >/dev/null 2>&1 & echo started";
     let command: Vec<String> = ["/bin/bash", "-c", line].map(String::from).into();

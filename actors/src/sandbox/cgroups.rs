@@ -211,12 +211,9 @@ impl Cgroups {
         let name = random_name("cmd-");
         let (limit, reserved) = match &self.budget {
             Some(budget) => {
-                let left = budget.total().saturating_sub(budget.held());
-                let limit = self.limits.memory_bytes.min(left);
-                match budget.reserve(limit).filter(|_| limit >= MIN_COMMAND_MEMORY) {
-                    Some(reserved) => (limit, Some(reserved)),
-                    None => return Err(std::io::Error::other(budget.full())),
-                }
+                let limit = self.limits.memory_bytes.min(budget.total().saturating_sub(budget.held()));
+                let reserved = (limit >= MIN_COMMAND_MEMORY).then(|| budget.reserve(limit)).flatten();
+                (limit, Some(reserved.ok_or_else(|| std::io::Error::other(budget.full()))?))
             }
             None => (self.limits.memory_bytes, None),
         };

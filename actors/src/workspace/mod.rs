@@ -99,7 +99,7 @@ impl MemoryBudget {
     /// The sentence for a workspace that does not fit.
     pub fn full(&self) -> String {
         format!(
-            "the server's sandbox memory is full: live workspaces hold {} of the {} bytes --sandbox-memory allows; try again when a conversation closes",
+            "the server's sandbox memory is full: live workspaces and running commands hold {} of the {} bytes --sandbox-memory allows; try again when a conversation closes",
             self.held(),
             self.total
         )
