@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::artifacts::{ArtifactStore, Artifacts};
 use crate::chat_loop::agents::{self, AgentStats};
-use crate::chat_loop::{LoopMsg, LoopSettings};
+use crate::chat_loop::{LoopMsg, LoopSettings, MultiAgent};
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
@@ -45,8 +45,8 @@ pub struct Server {
     allows_scripts: bool,
     agent_stats: Arc<AgentStats>,
     skill_outcomes: Arc<SkillOutcomes>,
-    /// Requests may delegate to child agents (not `--no-multi-agent`).
-    multi_agent: bool,
+    /// When requests may delegate to child agents (`--multi-agent`).
+    multi_agent: MultiAgent,
 }
 
 /// What the server is started with.
@@ -331,7 +331,8 @@ impl Server {
         // (none of them when the caller brings one of its own).
         let mut tools = request.tools.clone();
         let clash = request.tools.iter().any(|t| crate::tools::agents::NAMES.contains(&t.name.as_str()));
-        if !clash && agents::delegates(self.multi_agent, request, backend.info().format.capabilities().tools) {
+        let capable = backend.info().format.capabilities().tools;
+        if !clash && agents::delegates(self.multi_agent, request, !request.tools.is_empty(), capable) {
             tools.extend(crate::tools::agents::declarations(false, false));
         }
         let conversation = skillhost_engine::Conversation {

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
 use skillhost_actors::model::backend::{CountFuture, SubmitFuture};
 use skillhost_actors::model::{ModelBackend, ModelSource};
 use skillhost_actors::request::{ChatEvent, ChatRequest, RoundStats};
@@ -134,7 +134,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
             poll: None,
             selected: Vec::new(),
         }),
-        loop_settings: LoopSettings { multi_agent: false, max_rounds: 16, ..LoopSettings::default() },
+        loop_settings: LoopSettings { multi_agent: MultiAgent::Off, max_rounds: 16, ..LoopSettings::default() },
         exec: None,
         artifacts: None,
     };

@@ -49,6 +49,7 @@ use crate::format::ChatFormat;
 use crate::prefix::{
     common_prefix, destination_rank, parked_to_drop, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS,
 };
+use crate::repeat::{RepeatWatch, Watched};
 use crate::sampling::{CompiledGrammar, Sampler};
 use crate::saved_prefix::SavedPrefix;
 use crate::template::ChatTemplate;
@@ -232,6 +233,8 @@ struct Active {
     events: mpsc::UnboundedSender<GenerationEvent>,
     sampler: Sampler,
     text: TextStream,
+    /// For a reply held to a list of calls: ends it at a repeated call.
+    calls: Option<RepeatWatch>,
     max_tokens: Option<u32>,
     /// Prompt tokens not yet decoded, and the text they came from (when known).
     prompt_pending: Vec<LlamaToken>,
@@ -693,6 +696,7 @@ impl<'m> Executor<'m> {
             events: queued.events,
             sampler: queued.sampler,
             text: TextStream::new(&queued.request.stops),
+            calls: queued.request.grammar.as_ref().and_then(RepeatWatch::new),
             max_tokens: queued.request.max_tokens,
             prompt_pending: prompt[cache_n..].to_vec(),
             prompt_decoded: 0,
@@ -929,10 +933,16 @@ impl<'m> Executor<'m> {
             return;
         }
         let piece = vocab.token_to_piece(token, true, None);
-        let (delta, stopped) = match active.text.push(&piece) {
+        let (mut delta, mut stopped) = match active.text.push(&piece) {
             Pushed::Text(text) => (text, false),
             Pushed::Stopped(text) => (text, true),
         };
+        if let Some(watch) = active.calls.as_mut() {
+            match watch.push(&delta) {
+                Watched::Text(text) => delta = text,
+                Watched::Repeated(text) => (delta, stopped) = (text, true),
+            }
+        }
         if !delta.is_empty() && active.events.send(GenerationEvent::Text(delta)).is_err() {
             return;
         }
@@ -955,7 +965,13 @@ impl<'m> Executor<'m> {
         // Before the client hears of the end, so /metrics read after a
         // response never counts its slot as busy.
         self.publish_stats();
-        let rest = active.text.finish();
+        let mut rest = active.text.finish();
+        if let Some(watch) = active.calls.as_mut() {
+            rest = match watch.push(&rest) {
+                Watched::Text(text) => text + &watch.finish(),
+                Watched::Repeated(text) => text,
+            };
+        }
         if !rest.is_empty() {
             let _ = active.events.send(GenerationEvent::Text(rest));
         }

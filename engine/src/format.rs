@@ -176,7 +176,7 @@ impl ChatFormat {
                     conversation.tools.to_vec()
                 },
                 tool_choice: conversation.tool_choice.clone(),
-                parallel_tool_calls: conversation.parallel_tool_calls,
+                parallel_tool_calls: one_call_or_more(conversation),
                 response_format: conversation.response_format.clone(),
             })
         });
@@ -235,7 +235,7 @@ impl ChatFormat {
                 ToolChoice::None | ToolChoice::Auto | ToolChoice::Required => conversation.tools.iter().collect(),
             };
             let forced = matches!(conversation.tool_choice, ToolChoice::Required | ToolChoice::Named(_));
-            tool_grammar(family, &offered, forced, conversation.parallel_tool_calls)
+            tool_grammar(family, &offered, forced, one_call_or_more(conversation))
         } else {
             match conversation.response_format {
                 ResponseFormat::Text => None,
@@ -256,6 +256,13 @@ impl ChatFormat {
             chat: None,
         })
     }
+}
+
+/// Whether the reply may hold more than one call: a request that names a
+/// function asks for that one call, whatever `parallel_tool_calls` says
+/// (left to a small model, the same call comes back until the list's cap).
+fn one_call_or_more(conversation: &Conversation<'_>) -> bool {
+    conversation.parallel_tool_calls && !matches!(conversation.tool_choice, ToolChoice::Named(_))
 }
 
 fn value_grammar(schema: Value) -> GrammarSpec {
@@ -514,6 +521,28 @@ mod tests {
                 json!({"type": "object", "properties": {"name": {"const": "other"}, "arguments": {"type": "object"}}, "required": ["name", "arguments"]})
             )
         );
+    }
+
+    #[test]
+    fn a_named_function_is_one_call_whatever_parallel_tool_calls_says() {
+        let messages = [ChatMessage::new(Role::User, "x")];
+        let tools = [weather()];
+        let format = format(CHATML);
+        let repeats = |choice: ToolChoice, parallel_tool_calls: bool| {
+            let conversation = Conversation {
+                messages: &messages,
+                tools: &tools,
+                tool_choice: &choice,
+                parallel_tool_calls,
+                response_format: &ResponseFormat::Text,
+            };
+            let prepared = format.prepare(&conversation).expect("the conversation renders");
+            prepared.grammar.map(|g| g.repeat)
+        };
+        assert_eq!(repeats(ToolChoice::Named("get_weather".into()), true), Some(false));
+        assert_eq!(repeats(ToolChoice::Required, true), Some(true));
+        assert_eq!(repeats(ToolChoice::Auto, true), Some(true));
+        assert_eq!(repeats(ToolChoice::Required, false), Some(false));
     }
 
     #[test]

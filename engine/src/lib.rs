@@ -8,6 +8,7 @@
 //! - `cells`: which KV cells are in use when sequences share them.
 //! - `saved_prefix`: the shared prefix saved to disk across restarts.
 //! - [`text`]: token bytes to text deltas, with stop strings.
+//! - `repeat`: ends a reply of several calls where the model repeats one.
 //! - [`sampling`]: sampling parameters and the sampler chain.
 //! - `grammar`: grammar specs to GBNF through llama.cpp's JSON-schema converter.
 //! - [`template`]: chat templates (minijinja) and built-in fallbacks.
@@ -27,6 +28,7 @@ pub mod format;
 mod grammar;
 pub mod prefix;
 pub mod remote;
+mod repeat;
 pub mod sampling;
 mod saved_prefix;
 pub mod schema_limits;
@@ -48,4 +50,4 @@ pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode, Up
 pub use sampling::SamplingParams;
 /// The signing key's name in a `--prefix-cache` folder.
 pub use saved_prefix::KEY_FILE as PREFIX_KEY_FILE;
-pub use tool_calls::{ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};
+pub use tool_calls::{arguments_object, CutCall, ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

@@ -61,6 +61,13 @@ pub trait ToolCallParser: Sync {
     /// request offered.
     fn parse(&self, text: &str, declared: &[&str]) -> ParsedOutput;
 
+    /// The call a reply was cut short in (by `max_tokens` or the end of the
+    /// context): its name, and the arguments as far as they were written
+    /// (usually not valid JSON), with the byte where the call's markup
+    /// starts. `None` when the reply does not end inside a call, or the
+    /// call's name is not a declared tool written whole.
+    fn cut_call(&self, text: &str, declared: &[&str]) -> Option<CutCall>;
+
     /// How many leading bytes of a partial reply can be streamed as content
     /// now. Trailing whitespace is held too: `parse` drops it when a call
     /// follows, and the streamed text must equal the parsed content.
@@ -68,6 +75,15 @@ pub trait ToolCallParser: Sync {
         let safe = self.call_start(text);
         text[..safe].trim_end().len()
     }
+}
+
+/// A call the reply ended inside; see [`ToolCallParser::cut_call`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CutCall {
+    pub call: ParsedCall,
+    /// Where the call's markup starts: the text before it is the reply's
+    /// content and complete calls.
+    pub start: usize,
 }
 
 /// `<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>`
@@ -93,6 +109,9 @@ impl ToolCallParser for HermesParser {
     fn parse(&self, text: &str, _declared: &[&str]) -> ParsedOutput {
         parse_hermes(text)
     }
+    fn cut_call(&self, text: &str, declared: &[&str]) -> Option<CutCall> {
+        cut_hermes(text, declared)
+    }
 }
 
 impl ToolCallParser for Llama3Parser {
@@ -108,6 +127,9 @@ impl ToolCallParser for Llama3Parser {
     fn parse(&self, text: &str, declared: &[&str]) -> ParsedOutput {
         parse_bare_json(text, declared, true)
     }
+    fn cut_call(&self, text: &str, declared: &[&str]) -> Option<CutCall> {
+        cut_bare_json(text, declared, true)
+    }
 }
 
 impl ToolCallParser for MistralParser {
@@ -116,6 +138,9 @@ impl ToolCallParser for MistralParser {
     }
     fn parse(&self, text: &str, _declared: &[&str]) -> ParsedOutput {
         parse_mistral(text)
+    }
+    fn cut_call(&self, text: &str, declared: &[&str]) -> Option<CutCall> {
+        cut_mistral(text, declared)
     }
 }
 
@@ -133,6 +158,13 @@ impl ToolCallParser for GenericParser {
             return tagged;
         }
         parse_bare_json(text, declared, false)
+    }
+    fn cut_call(&self, text: &str, declared: &[&str]) -> Option<CutCall> {
+        if text.contains(HERMES_OPEN) {
+            cut_hermes(text, declared)
+        } else {
+            cut_bare_json(text, declared, false)
+        }
     }
 }
 
@@ -342,10 +374,217 @@ fn parse_mistral(text: &str) -> ParsedOutput {
     out
 }
 
+/// The last `<tool_call>` when it is neither closed nor a whole call.
+fn cut_hermes(text: &str, declared: &[&str]) -> Option<CutCall> {
+    let open = text.rfind(HERMES_OPEN)?;
+    let body = &text[open + HERMES_OPEN.len()..];
+    if body.contains(HERMES_CLOSE) || leading_json(body).is_some() {
+        return None;
+    }
+    let call = partial_call(body, declared)?;
+    Some(CutCall { call, start: open })
+}
+
+/// A bare JSON reply whose last call is cut: the calls before it parse,
+/// separated by `;`.
+fn cut_bare_json(text: &str, declared: &[&str], allow_python_tag: bool) -> Option<CutCall> {
+    let mut body = text.trim_start();
+    if allow_python_tag {
+        body = body.strip_prefix(PYTHON_TAG).unwrap_or(body).trim_start();
+    }
+    let mut rest = body;
+    let mut whole = 0;
+    while let Some((_, used)) = leading_json(rest) {
+        let after = rest[used..].trim_start();
+        rest = after.strip_prefix(';').unwrap_or(after).trim_start();
+        whole += 1;
+    }
+    if rest.trim().is_empty() {
+        return None;
+    }
+    let call = partial_call(rest, declared)?;
+    // The whole reply is calls: what comes before the cut one (the tag and
+    // whole calls) holds no content, and without whole calls it is nothing.
+    let start = if whole == 0 { 0 } else { text.len() - rest.len() };
+    Some(CutCall { call, start })
+}
+
+/// `[TOOL_CALLS][{...}, {...` or `[TOOL_CALLS]name[ARGS]{...`, cut.
+fn cut_mistral(text: &str, declared: &[&str]) -> Option<CutCall> {
+    let at = text.rfind(MISTRAL_CALLS)?;
+    let after = &text[at + MISTRAL_CALLS.len()..];
+    let trimmed = after.trim_start();
+    if let Some(mut rest) = trimmed.strip_prefix('[') {
+        if leading_json(trimmed).is_some() {
+            return None;
+        }
+        loop {
+            rest = rest.trim_start();
+            match leading_json(rest) {
+                Some((_, used)) => {
+                    rest = rest[used..].trim_start();
+                    rest = rest.strip_prefix(',')?;
+                }
+                None => break,
+            }
+        }
+        let call = partial_call(rest, declared)?;
+        return Some(CutCall { call, start: at });
+    }
+    let args_at = trimmed.find(MISTRAL_ARGS)?;
+    let name = trimmed[..args_at].trim();
+    let arguments = trimmed[args_at + MISTRAL_ARGS.len()..].trim();
+    if !declared.contains(&name) || leading_json(arguments).is_some() {
+        return None;
+    }
+    let call = ParsedCall { id: None, name: name.to_string(), arguments: arguments.to_string() };
+    Some(CutCall { call, start: at })
+}
+
+/// A call object cut short: `{"name": "get_weather", "arguments": {"ci`.
+/// Its name must be whole and declared; the arguments are the text after
+/// their key, as far as it goes.
+fn partial_call(body: &str, declared: &[&str]) -> Option<ParsedCall> {
+    let mut rest = body.trim_start().strip_prefix('{')?;
+    let mut name = None;
+    let mut id = None;
+    loop {
+        rest = rest.trim_start();
+        let Some((key, used)) = leading_json(rest) else {
+            // Cut inside a key: the name, if whole, is all there is.
+            if rest.starts_with('"') || rest.is_empty() {
+                break;
+            }
+            return None;
+        };
+        let key = key.as_str()?.to_string();
+        rest = rest[used..].trim_start().strip_prefix(':')?.trim_start();
+        if key == "arguments" || key == "parameters" {
+            let name: String = name?;
+            return Some(ParsedCall { id, name, arguments: rest.trim_end().to_string() });
+        }
+        let Some((value, used)) = leading_json(rest) else {
+            // Cut inside the name or another member: the name, if whole, is
+            // all there is.
+            break;
+        };
+        match key.as_str() {
+            "name" => name = value.as_str().filter(|n| declared.contains(n)).map(str::to_string),
+            "id" => id = value.as_str().map(str::to_string),
+            _ => {}
+        }
+        rest = rest[used..].trim_start();
+        rest = match rest.strip_prefix(',') {
+            Some(more) => more,
+            // `}` would be a whole call; anything else is not a call.
+            None if rest.is_empty() => break,
+            None => return None,
+        };
+    }
+    Some(ParsedCall { id, name: name?, arguments: String::new() })
+}
+
+/// The arguments of a call as a JSON object: parsed, or for a call cut
+/// short, the part that was written whole, closed (`{"city": "Par` is
+/// `{"city": "Par"}`, `{"a": 1, "b` is `{"a": 1}`); `{}` when nothing of
+/// it can be read.
+pub fn arguments_object(text: &str) -> Value {
+    if let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(text) {
+        return value;
+    }
+    let closed = close_partial(text);
+    closed
+        .into_iter()
+        .find_map(|candidate| match serde_json::from_str::<Value>(&candidate) {
+            Ok(value @ Value::Object(_)) => Some(value),
+            _ => None,
+        })
+        .unwrap_or_else(|| Value::Object(Default::default()))
+}
+
+/// Ways to close a JSON text cut short, best first: as it is (a string
+/// value closed), then cut back to the last point where every member or
+/// element before it was whole.
+fn close_partial(text: &str) -> Vec<String> {
+    /// One open container: its closer, and for an object whether a key
+    /// comes next (a string there is a key, not a value).
+    #[derive(Clone, Copy)]
+    struct Open {
+        closer: char,
+        expect_key: bool,
+    }
+    let closers = |stack: &[Open]| stack.iter().rev().map(|o| o.closer).collect::<String>();
+    let mut stack: Vec<Open> = Vec::new();
+    let mut safe: Option<(usize, String)> = None;
+    let (mut in_string, mut escaped, mut string_is_key, mut string_start) = (false, false, false, 0);
+    for (at, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    in_string = false;
+                    if !string_is_key {
+                        safe = Some((at + 1, closers(&stack)));
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                string_start = at;
+                string_is_key = stack.last().is_some_and(|o| o.closer == '}' && o.expect_key);
+            }
+            '{' | '[' => {
+                stack.push(Open { closer: if c == '{' { '}' } else { ']' }, expect_key: c == '{' });
+                safe = Some((at + 1, closers(&stack)));
+            }
+            '}' | ']' => {
+                stack.pop();
+                safe = Some((at + 1, closers(&stack)));
+            }
+            ':' => {
+                if let Some(open) = stack.last_mut() {
+                    open.expect_key = false;
+                }
+            }
+            ',' => {
+                safe = Some((at, closers(&stack)));
+                if let Some(open) = stack.last_mut() {
+                    open.expect_key = open.closer == '}';
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut candidates = Vec::new();
+    if in_string && !string_is_key {
+        // Drop an escape cut in half (`\` or `\u00`) before closing.
+        let body = &text[string_start..];
+        let cut = body.rfind('\\').filter(|&i| {
+            let escape = &body[i..];
+            let backslashes = body[..i].chars().rev().take_while(|&c| c == '\\').count();
+            backslashes % 2 == 0 && (escape == "\\" || (escape.starts_with("\\u") && escape.len() < 6))
+        });
+        let kept = &text[..string_start + cut.unwrap_or(body.len())];
+        candidates.push(format!("{kept}\"{}", closers(&stack)));
+    } else if !in_string {
+        candidates.push(format!("{}{}", text.trim_end(), closers(&stack)));
+    }
+    if let Some((at, closing)) = safe {
+        candidates.push(format!("{}{closing}", &text[..at]));
+    }
+    candidates
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+    use serde_json::json;
 
     fn call(name: &str, arguments: &str) -> ParsedCall {
         ParsedCall { id: None, name: name.into(), arguments: arguments.into() }
@@ -453,6 +692,58 @@ mod tests {
         ];
         for (text, expected) in cases {
             check(ToolFamily::Generic, text, expected);
+        }
+    }
+
+    #[test]
+    fn a_cut_call_keeps_its_name_and_the_arguments_so_far() {
+        let declared = ["get_weather", "lookup"];
+        let cut = |family: ToolFamily, text: &str| {
+            family.parser().cut_call(text, &declared).map(|c| (c.call.name, c.call.arguments, c.start))
+        };
+        let named = |name: &str, arguments: &str, start: usize| Some((name.to_string(), arguments.to_string(), start));
+        let cases = [
+            (ToolFamily::Hermes, "Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", named("get_weather", "{\"city\": \"Pa", 6)),
+            (ToolFamily::Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"argu", named("get_weather", "", 0)),
+            // A name cut in half, or not declared, is not a call.
+            (ToolFamily::Hermes, "<tool_call>\n{\"name\": \"get_wea", None),
+            (ToolFamily::Hermes, "<tool_call>\n{\"name\": \"delete_all\", \"arguments\": {", None),
+            // Whole calls and plain text were not cut.
+            (ToolFamily::Hermes, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>", None),
+            (ToolFamily::Hermes, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}", None),
+            (ToolFamily::Hermes, "The weather in Pa", None),
+            (ToolFamily::Generic, "{\"name\": \"lookup\", \"arguments\": {\"q\": [1, ", named("lookup", "{\"q\": [1,", 0)),
+            (ToolFamily::Llama3, "<|python_tag|>{\"name\": \"lookup\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"ci", named("get_weather", "{\"ci", 52)),
+            (ToolFamily::Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": ", named("get_weather", "{\"city\":", 0)),
+            (ToolFamily::Mistral, "[TOOL_CALLS][{\"name\": \"lookup\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {\"city\"", named("get_weather", "{\"city\"", 0)),
+            (ToolFamily::Mistral, "Ok [TOOL_CALLS]get_weather[ARGS]{\"city\": \"R", named("get_weather", "{\"city\": \"R", 3)),
+            (ToolFamily::Mistral, "[TOOL_CALLS][{\"name\": \"lookup\", \"arguments\": {}}]", None),
+        ];
+        for (family, text, expected) in cases {
+            assert_eq!(cut(family, text), expected, "{family:?} on {text:?}");
+        }
+    }
+
+    #[test]
+    fn cut_arguments_close_to_the_whole_part() {
+        let cases = [
+            ("{\"city\": \"Paris\"}", json!({"city": "Paris"})),
+            ("{\"city\": \"Pa", json!({"city": "Pa"})),
+            ("{\"a\": 1, \"b", json!({"a": 1})),
+            ("{\"a\": 1, \"b\": ", json!({"a": 1})),
+            ("{\"a\": 12", json!({"a": 12})),
+            ("{\"a\": tr", json!({})),
+            ("{\"a\": [1, {\"b\": \"x", json!({"a": [1, {"b": "x"}]})),
+            ("{\"a\": \"line\\", json!({"a": "line"})),
+            ("{\"a\": \"caf\\u00", json!({"a": "caf"})),
+            ("{\"a\": \"x\\\\", json!({"a": "x\\"})),
+            ("{\"a\": {\"b\": 1}, ", json!({"a": {"b": 1}})),
+            ("", json!({})),
+            ("not json", json!({})),
+            ("[1, 2]", json!({})),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(arguments_object(text), expected, "{text:?}");
         }
     }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum, ValueHint};
 use serde::Deserialize;
 use skillhost_actors::chat_loop::{
-    LoopSettings, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
+    LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
 use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
@@ -248,9 +248,9 @@ pub struct ServeArgs {
     /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
     #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT")]
     pub turn_timeout: Option<u64>,
-    /// Do not offer the coordination tools (spawn_agent and the rest): the model cannot delegate to child agents
-    #[arg(long = "no-multi-agent", env = "SKILLHOST_NO_MULTI_AGENT")]
-    pub no_multi_agent: bool,
+    /// When the model is offered the coordination tools (spawn_agent and the rest): auto, on requests that offer it other tools; always; off [default: auto]
+    #[arg(long = "multi-agent", env = "SKILLHOST_MULTI_AGENT")]
+    pub multi_agent: Option<MultiAgentArg>,
     /// Child agents may use the parent's tools that write and run, in the parent's workspace; without it they only read
     #[arg(long = "agents-allow-write", env = "SKILLHOST_AGENTS_ALLOW_WRITE")]
     pub agents_allow_write: bool,
@@ -314,6 +314,18 @@ pub struct ServeArgs {
     /// Where request workspaces and artifacts live [default: the system temp folder]
     #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath)]
     pub workspace_dir: Option<PathBuf>,
+}
+
+/// `--multi-agent`: when requests may delegate to child agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MultiAgentArg {
+    /// On requests that offer the model other tools (the caller's, skills
+    /// or code tools): a plain question pays nothing for delegation.
+    Auto,
+    /// On every request of a model that can call tools.
+    Always,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -715,7 +727,11 @@ impl ServeArgs {
                 Some(seconds) => std::time::Duration::from_secs(seconds),
                 None => DEFAULT_TURN_TIMEOUT,
             },
-            multi_agent: !self.no_multi_agent,
+            multi_agent: match self.multi_agent.unwrap_or(MultiAgentArg::Auto) {
+                MultiAgentArg::Auto => MultiAgent::Auto,
+                MultiAgentArg::Always => MultiAgent::Always,
+                MultiAgentArg::Off => MultiAgent::Off,
+            },
             agents_allow_write: self.agents_allow_write,
             agent_limits: Default::default(),
         };

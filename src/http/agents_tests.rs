@@ -2,7 +2,8 @@
 //! of a turn with two children, a client that leaves while children work
 //! (every child stops, counted on `/metrics`), and delegation turned off
 //! per request (no coordination tools in the prompt, a forced
-//! `spawn_agent` refused).
+//! `spawn_agent` refused), and a plain request that offers no tools left
+//! without them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,4 +176,38 @@ async fn multi_agent_false_declares_no_coordination_tools_on_any_surface() {
     assert_eq!(response.status().as_u16(), 400);
     let error: Value = test::read_body_json(response).await;
     assert!(error["error"]["message"].as_str().unwrap().contains("spawn_agent"), "{error}");
+}
+
+#[actix_web::test]
+async fn a_plain_request_carries_no_coordination_tools_unless_asked() {
+    use skillhost_actors::chat_loop::MultiAgent;
+    let user = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let weather = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    // (server setting, request body, declared?)
+    let cases = [
+        (MultiAgent::Auto, json!({"messages": user}), false),
+        (MultiAgent::Auto, json!({"messages": user, "multi_agent": true}), true),
+        (MultiAgent::Auto, json!({"messages": user, "tools": weather}), true),
+        (MultiAgent::Always, json!({"messages": user}), true),
+        (MultiAgent::Off, json!({"messages": user, "multi_agent": true}), false),
+    ];
+    for (mode, body, declared) in cases {
+        let backend = Arc::new(
+            ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, vec![ScriptedOutput::from("Paris.".to_string())])
+                .unwrap(),
+        );
+        let settings = LoopSettings { multi_agent: mode, ..LoopSettings::default() };
+        let state = state_with_settings(backend.clone(), false, settings).await;
+        let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+        let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(&body).to_request();
+        let response = test::call_service(&app, request).await;
+        assert_eq!(response.status().as_u16(), 200, "{mode:?} {body}");
+        let _ = test::read_body(response).await;
+        let prompt = backend.prompts().pop().unwrap();
+        assert_eq!(prompt.contains("spawn_agent"), declared, "{mode:?} {body}: {prompt}");
+        if !declared && !body.to_string().contains("tools") {
+            // Nothing but the conversation: no tool text at all.
+            assert!(!prompt.contains("tool_call"), "{prompt}");
+        }
+    }
 }

@@ -346,7 +346,8 @@ fn usage_json(usage: &Usage, timings: &Timings) -> Value {
 }
 
 fn tool_use_json(call: &ToolCall) -> Value {
-    let input = serde_json::from_str::<Value>(&call.arguments).unwrap_or_else(|_| json!({}));
+    // A call cut short by the budget keeps the part of its input written whole.
+    let input = skillhost_engine::arguments_object(&call.arguments);
     json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
 }
 

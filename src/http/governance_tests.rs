@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
 use skillhost_actors::model::scripted::ScriptedBackend;
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
@@ -48,7 +48,7 @@ async fn start(root: &Path, selected: Vec<String>, outputs: Vec<&str>) -> Result
     let config = ServerConfig {
         model: ModelSource::Provided(backend),
         skills: Some(skills),
-        loop_settings: LoopSettings { multi_agent: false, ..LoopSettings::default() },
+        loop_settings: LoopSettings { multi_agent: MultiAgent::Off, ..LoopSettings::default() },
         exec: None,
         artifacts: None,
     };

@@ -213,3 +213,6 @@ mod agents_tests;
 
 #[cfg(test)]
 mod governance_tests;
+
+#[cfg(test)]
+mod forced_call_tests;

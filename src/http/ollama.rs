@@ -258,7 +258,8 @@ fn tool_calls_json(calls: &[ToolCall]) -> Value {
         calls
             .iter()
             .map(|call| {
-                let arguments = serde_json::from_str::<Value>(&call.arguments).unwrap_or_else(|_| json!({}));
+                // A call cut short by the budget keeps the part written whole.
+                let arguments = skillhost_engine::arguments_object(&call.arguments);
                 json!({"function": {"name": call.name, "arguments": arguments}})
             })
             .collect(),

@@ -499,14 +499,17 @@ fn message_item(text: &str) -> Value {
     })
 }
 
-fn call_item(call: &ToolCall, namespaced: &Namespaced) -> Value {
+/// A `function_call` item; `incomplete` when the budget ran out (the last
+/// call's arguments may be cut short).
+fn call_item(call: &ToolCall, namespaced: &Namespaced, finish: ChatFinish) -> Value {
+    let status = if finish == ChatFinish::Length { "incomplete" } else { "completed" };
     let mut item = json!({
         "type": "function_call",
         "id": new_id("fc"),
         "call_id": call.id,
         "name": call.name,
         "arguments": call.arguments,
-        "status": "completed",
+        "status": status,
     });
     if let Some((namespace, function)) = namespaced.get(&call.name) {
         item["name"] = Value::String(function.clone());
@@ -570,7 +573,7 @@ async fn serve(
         output: Vec::new(),
     };
     if stream {
-        let encoder = ResponsesEncoder { draft, sequence: 0, open: None };
+        let encoder = ResponsesEncoder { draft, sequence: 0, open: None, calls: Vec::new() };
         return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
     let done = collect(state, chat, peer, started).await?;
@@ -580,7 +583,7 @@ async fn serve(
     if !done.text.is_empty() || done.calls.is_empty() {
         draft.output.push(message_item(&done.text));
     }
-    draft.output.extend(done.calls.iter().map(|call| call_item(call, &draft.namespaced)));
+    draft.output.extend(done.calls.iter().map(|call| call_item(call, &draft.namespaced, done.finish)));
     draft.keep();
     Ok(HttpResponse::Ok().json(draft.response("completed", Some((done.finish, &done.usage, &done.timings)))))
 }
@@ -594,11 +597,15 @@ enum Open {
 
 /// The typed events: `response.created`, `response.in_progress`, per item
 /// `response.output_item.added`, its parts and deltas, `…done` events, and
-/// `response.completed`; every event carries `sequence_number`.
+/// `response.completed` (`response.incomplete` when the budget ran out);
+/// every event carries `sequence_number`.
 struct ResponsesEncoder {
     draft: Draft,
     sequence: u64,
     open: Option<Open>,
+    /// The caller's calls, sent with the end: whether they are complete
+    /// depends on how the request finished, which comes right after them.
+    calls: Vec<ToolCall>,
 }
 
 impl ResponsesEncoder {
@@ -635,6 +642,31 @@ impl ResponsesEncoder {
                 frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
                 self.draft.output.push(item);
             }
+        }
+    }
+}
+
+impl ResponsesEncoder {
+    /// The held calls' items, each added, its arguments and done.
+    fn send_calls(&mut self, frames: &mut Vec<Bytes>, finish: ChatFinish) {
+        for call in std::mem::take(&mut self.calls) {
+            let index = self.draft.output.len();
+            let item = call_item(&call, &self.draft.namespaced, finish);
+            let id = item["id"].clone();
+            let mut added = item.clone();
+            added["arguments"] = Value::String(String::new());
+            added["status"] = Value::String("in_progress".into());
+            frames.push(self.event("response.output_item.added", json!({"output_index": index, "item": added})));
+            frames.push(self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+            ));
+            frames.push(self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": index, "arguments": call.arguments}),
+            ));
+            frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
+            self.draft.output.push(item);
         }
     }
 }
@@ -697,39 +729,21 @@ impl Encoder for ResponsesEncoder {
     }
 
     fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
-        let mut frames = Vec::new();
-        self.close(&mut frames);
-        for call in calls {
-            let index = self.draft.output.len();
-            let item = call_item(call, &self.draft.namespaced);
-            let id = item["id"].clone();
-            let mut added = item.clone();
-            added["arguments"] = Value::String(String::new());
-            added["status"] = Value::String("in_progress".into());
-            frames.push(self.event("response.output_item.added", json!({"output_index": index, "item": added})));
-            frames.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"item_id": id, "output_index": index, "delta": call.arguments}),
-            ));
-            frames.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"item_id": id, "output_index": index, "arguments": call.arguments}),
-            ));
-            frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
-            self.draft.output.push(item);
-        }
-        frames
+        self.calls.extend_from_slice(calls);
+        Vec::new()
     }
 
     fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
         let mut frames = Vec::new();
         self.close(&mut frames);
+        self.send_calls(&mut frames, end.finish);
         self.draft.keep();
-        // `response.completed` ends every finished stream, with `status:
-        // "incomplete"` and its reason when the budget ran out: clients (the
-        // SDK's stream helper, Codex) wait for that event to end a turn.
+        // A response cut by its budget ends with `response.incomplete`
+        // (`status: "incomplete"` and the reason), as OpenAI ends it; the
+        // SDK's stream helper and Codex end a turn on either event.
         let response = self.draft.response("completed", Some((end.finish, end.usage, end.timings)));
-        frames.push(self.event("response.completed", json!({"response": response})));
+        let kind = if end.finish == ChatFinish::Length { "response.incomplete" } else { "response.completed" };
+        frames.push(self.event(kind, json!({"response": response})));
         frames
     }
 
@@ -739,7 +753,8 @@ impl Encoder for ResponsesEncoder {
     }
 
     /// `error`, then `response.failed` with the items so far: clients end
-    /// a turn on `response.completed` or `response.failed`.
+    /// a turn on `response.completed`, `response.incomplete` or
+    /// `response.failed`.
     fn failed(&mut self, err: &ApiError) -> Vec<Bytes> {
         let mut frames = Vec::new();
         self.close(&mut frames);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use actix_web::{test, App};
 use serde_json::Value;
-use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
@@ -67,7 +67,11 @@ fn loop_settings(script: &Value) -> LoopSettings {
     agents.tokens = number("tokens").map_or(agents.tokens, |n| n as u32);
     agents.wall_time = number("wall_time_ms").map_or(agents.wall_time, std::time::Duration::from_millis);
     settings.agents_allow_write = script["agents_allow_write"].as_bool().unwrap_or(false);
-    settings.multi_agent = script["multi_agent"].as_bool().unwrap_or(true);
+    settings.multi_agent = match script["multi_agent"].as_str() {
+        Some("always") => MultiAgent::Always,
+        Some("off") => MultiAgent::Off,
+        _ => MultiAgent::Auto,
+    };
     settings
 }
 

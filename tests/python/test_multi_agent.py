@@ -19,6 +19,9 @@ DELEGATE = [
 ]
 MODEL = DEFAULT_MODEL.stem
 SPAWN = {"type": "function", "function": {"name": "spawn_agent"}}
+# The question offers no other tool: delegation is asked for, as a client
+# that wants it on a plain request does (`--multi-agent always` would too).
+ASK = {"multi_agent": True}
 
 
 def metrics(server):
@@ -42,7 +45,7 @@ def delegating(start_server):
 def test_a_forced_spawn_starts_a_child_that_decodes_beside_its_parent(delegating):
     client = openai.OpenAI(base_url=delegating.url + "/v1", api_key="unused")
     response = client.chat.completions.create(
-        model=MODEL, messages=DELEGATE, tool_choice=SPAWN, temperature=0, max_tokens=700
+        model=MODEL, messages=DELEGATE, tool_choice=SPAWN, temperature=0, max_tokens=700, extra_body=ASK
     )
     choice = response.choices[0]
     assert isinstance(choice.message.content, str)
@@ -63,7 +66,7 @@ def test_a_forced_spawn_starts_a_child_that_decodes_beside_its_parent(delegating
     assert child["copied_tokens"] > 0, rounds
 
     streamed = client.chat.completions.create(
-        model=MODEL, messages=DELEGATE, tool_choice=SPAWN, temperature=0, max_tokens=700, stream=True
+        model=MODEL, messages=DELEGATE, tool_choice=SPAWN, temperature=0, max_tokens=700, stream=True, extra_body=ASK
     )
     content, finish = "", None
     for chunk in streamed:
@@ -81,7 +84,7 @@ def test_a_client_that_leaves_mid_turn_stops_its_children_and_frees_their_slots(
 
     address = urlparse(delegating.url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
-    body = {"model": MODEL, "messages": DELEGATE, "tool_choice": SPAWN, "temperature": 0, "max_tokens": 2000, "stream": True}
+    body = {"model": MODEL, "messages": DELEGATE, "tool_choice": SPAWN, "temperature": 0, "max_tokens": 2000, "stream": True, **ASK}
     connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     response = connection.getresponse()
     assert response.status == 200
@@ -106,8 +109,9 @@ def test_delegation_off_declares_no_tools_and_a_forced_spawn_is_refused(client, 
             model=MODEL, messages=DELEGATE, tool_choice=SPAWN, extra_body={"multi_agent": False}, max_tokens=8
         )
     assert "spawn_agent" in str(refused.value)
-    off = start_server("--model", str(DEFAULT_MODEL), "--no-multi-agent", "--no-skills")
-    body = json.dumps({"messages": DELEGATE, "tool_choice": SPAWN, "max_tokens": 8}).encode()
+    off = start_server("--model", str(DEFAULT_MODEL), "--multi-agent", "off", "--no-skills")
+    # The server's off wins over a request that asks.
+    body = json.dumps({"messages": DELEGATE, "tool_choice": SPAWN, "max_tokens": 8, **ASK}).encode()
     request = urllib.request.Request(
         off.url + "/v1/chat/completions", body, headers={"Content-Type": "application/json"}
     )

@@ -444,3 +444,19 @@ def test_the_openai_and_ollama_clients_work_through_upstreams(fronted):
     assert reply.message.role == "assistant"
     assert reply.done and reply.done_reason in ("stop", "length"), reply
     assert reply.eval_count > 0
+
+
+def test_a_plain_question_costs_the_prompt_tokens_it_costs_on_llama_server(server, upstreams):
+    """A request that offers no tools gets none of the server's: the
+    coordination tools are declared only beside other tools, so the
+    question's prompt is the chat template's and nothing more, as on
+    llama-server (both render the model's own template)."""
+    for messages in (
+        [{"role": "user", "content": "What is the capital of France?"}],
+        [{"role": "system", "content": "You are a helpful assistant."},
+         {"role": "user", "content": "What is the capital of France?"}],
+    ):
+        body = {"messages": messages, "max_tokens": 1, "temperature": 0}
+        ours = post(server.url, body)["usage"]["prompt_tokens"]
+        theirs = post(upstreams[0].url, body)["usage"]["prompt_tokens"]
+        assert ours == theirs, (messages, ours, theirs)

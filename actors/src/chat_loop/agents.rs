@@ -19,7 +19,7 @@ use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 use skillhost_engine::{ChatMessage, Role, Timings, ToolCall, ToolChoice};
 use tokio::sync::mpsc;
 
-use super::{AbortOnDrop, LoopActor, LoopArgs, LoopMsg, LoopState};
+use super::{AbortOnDrop, LoopActor, LoopArgs, LoopMsg, LoopState, MultiAgent};
 use crate::request::{AgentPhase, AgentUpdate, ChatError, ChatEvent, ChatFinish, ChatRequest};
 use crate::tools::agents::{self as agent_tools, AgentOp};
 use crate::tools::{Answer, Tool, ToolError};
@@ -108,17 +108,26 @@ impl AgentTree {
     }
 }
 
-/// Whether a request delegates: the server allows it (`multi_agent`), the
-/// request did not turn it off, and the model can call tools and have its
-/// calls read. Two requests are left alone because their answer must be
-/// the caller's: a JSON `response_format` (its grammar and the lazy call
-/// grammar cannot both hold, so the answer would not be held to JSON), and
-/// a `tool_choice` that forces one of the caller's own tools.
-pub fn delegates(allowed: bool, request: &ChatRequest, capable: bool) -> bool {
+/// Whether a request delegates: the server allows it (`mode`), the request
+/// did not turn it off, and the model can call tools and have its calls
+/// read. Under `Auto` the request must offer other tools (`tools_offered`:
+/// the caller's, skills or code tools) or ask for delegation itself: the
+/// five declarations cost a plain question hundreds of prompt tokens and
+/// nudge a small model toward calling tools. Two requests are left alone
+/// because their answer must be the caller's: a JSON `response_format` (its
+/// grammar and the lazy call grammar cannot both hold, so the answer would
+/// not be held to JSON), and a `tool_choice` that forces one of the
+/// caller's own tools.
+pub fn delegates(mode: MultiAgent, request: &ChatRequest, tools_offered: bool, capable: bool) -> bool {
     let caller_forced = match &request.tool_choice {
         ToolChoice::Required => !request.tools.is_empty(),
         ToolChoice::Named(name) => request.tools.iter().any(|t| &t.name == name),
         ToolChoice::None | ToolChoice::Auto => false,
+    };
+    let allowed = match mode {
+        MultiAgent::Off => false,
+        MultiAgent::Always => true,
+        MultiAgent::Auto => tools_offered || request.multi_agent == Some(true),
     };
     allowed
         && capable
@@ -838,26 +847,31 @@ mod tests {
 
     #[test]
     fn delegation_leaves_alone_answers_that_must_be_the_callers() {
+        use MultiAgent::{Always, Auto, Off};
         let weather = skillhost_engine::ToolDef {
             name: "weather".into(),
             description: String::new(),
             parameters: serde_json::json!({"type": "object"}),
         };
         let plain = ChatRequest::default();
-        assert!(delegates(true, &plain, true));
-        assert!(!delegates(false, &plain, true), "--no-multi-agent");
-        assert!(!delegates(true, &plain, false), "a model that cannot call tools");
-        assert!(!delegates(true, &ChatRequest { multi_agent: Some(false), ..plain.clone() }, true));
+        assert!(delegates(Auto, &plain, true, true), "other tools offered");
+        assert!(!delegates(Auto, &plain, false, true), "a plain question");
+        let asked = ChatRequest { multi_agent: Some(true), ..plain.clone() };
+        assert!(delegates(Auto, &asked, false, true), "a plain question that asks for it");
+        assert!(delegates(Always, &plain, false, true), "--multi-agent always");
+        assert!(!delegates(Off, &asked, true, true), "--multi-agent off");
+        assert!(!delegates(Always, &plain, true, false), "a model that cannot call tools");
+        assert!(!delegates(Always, &ChatRequest { multi_agent: Some(false), ..plain.clone() }, true, true));
         let json = ChatRequest { response_format: skillhost_engine::ResponseFormat::JsonObject, ..plain.clone() };
-        assert!(!delegates(true, &json, true), "a JSON answer");
+        assert!(!delegates(Always, &json, true, true), "a JSON answer");
         let with_tools = ChatRequest { tools: vec![weather], ..plain.clone() };
-        assert!(delegates(true, &with_tools, true), "the caller's tools, offered");
+        assert!(delegates(Auto, &with_tools, true, true), "the caller's tools, offered");
         let required = ChatRequest { tool_choice: ToolChoice::Required, ..with_tools.clone() };
-        assert!(!delegates(true, &required, true), "a call to the caller's tools, forced");
+        assert!(!delegates(Auto, &required, true, true), "a call to the caller's tools, forced");
         let named = ChatRequest { tool_choice: ToolChoice::Named("weather".into()), ..with_tools.clone() };
-        assert!(!delegates(true, &named, true));
+        assert!(!delegates(Auto, &named, true, true));
         let spawn = ChatRequest { tool_choice: ToolChoice::Named("spawn_agent".into()), ..with_tools };
-        assert!(delegates(true, &spawn, true), "forcing spawn_agent itself");
+        assert!(delegates(Auto, &spawn, true, true), "forcing spawn_agent itself");
     }
 
     #[test]

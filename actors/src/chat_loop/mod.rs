@@ -82,9 +82,8 @@ pub struct LoopSettings {
     /// How long one turn may run, all rounds and tools together; then it
     /// ends with what it has.
     pub turn_timeout: Duration,
-    /// The model may delegate to child agents unless a request says not
-    /// to (`--no-multi-agent` turns it off).
-    pub multi_agent: bool,
+    /// When the model may delegate to child agents (`--multi-agent`).
+    pub multi_agent: MultiAgent,
     /// Children may write and run, not only read (`--agents-allow-write`).
     pub agents_allow_write: bool,
     pub agent_limits: AgentLimits,
@@ -101,11 +100,23 @@ impl Default for LoopSettings {
             max_tokens: None,
             code_temperature: None,
             turn_timeout: DEFAULT_TURN_TIMEOUT,
-            multi_agent: true,
+            multi_agent: MultiAgent::Auto,
             agents_allow_write: false,
             agent_limits: AgentLimits::default(),
         }
     }
+}
+
+/// When requests may delegate to child agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultiAgent {
+    /// On requests that offer the model other tools (the caller's, skills
+    /// or code tools), or that ask for it (`"multi_agent": true`). A plain
+    /// question is not made to carry five tool declarations it never uses.
+    Auto,
+    /// On every request of a model that can call tools.
+    Always,
+    Off,
 }
 
 pub struct LoopActor;
@@ -196,6 +207,9 @@ struct PendingCalls {
     ours: Vec<ToolCall>,
     caller: Vec<ToolCall>,
     timings: Timings,
+    /// How the request ends when the caller's calls go back: `Length` when
+    /// the last of them was cut short by the token budget.
+    finish: ChatFinish,
 }
 
 pub struct LoopState {
@@ -531,7 +545,8 @@ async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) -> LoopState 
     if let Some(name) = clash {
         tracing::warn!(tool = ?name, "the caller declares a coordination tool of its own; ours are not offered");
     }
-    let delegating = clash.is_none() && agents::delegates(settings.multi_agent, &request, capabilities.tools);
+    let delegating =
+        clash.is_none() && agents::delegates(settings.multi_agent, &request, !tools.is_empty(), capabilities.tools);
     let agents = delegating.then(|| match &seat {
         Some(seat) => Agents::new(Arc::clone(&seat.tree), seat.depth),
         None => Agents::new(AgentTree::new(settings.agent_limits, settings.agents_allow_write, agent_stats), 0),
@@ -997,7 +1012,7 @@ enum Next {
 
 /// Ends a round: reports it, and decides what comes next.
 async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timings) -> Next {
-    let end = state.output.finish();
+    let end = state.output.finish(reason == FinishReason::Length);
     for diagnostic in &end.diagnostics {
         // Debug formatting escapes newlines: model text cannot forge a log line.
         tracing::info!(?diagnostic, round = state.round, "the model's tool call was not read");
@@ -1055,10 +1070,24 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
     let answers_ours = state.skill_tools.is_some() || state.code_tools || state.agents.is_some();
     // A caller's tool that a loaded skill's allowed-tools leaves out is
     // refused here, like one of ours, instead of going back to the caller.
-    let (caller, ours): (Vec<ToolCall>, Vec<ToolCall>) = end.calls.into_iter().partition(|call| {
+    let for_caller = |call: &ToolCall| {
         !answers_ours
             || (state.caller_tools.contains(&call.name) && state.allowed.refusal(&call.name, &call.arguments).is_none())
-    });
+    };
+    let (mut caller, ours): (Vec<ToolCall>, Vec<ToolCall>) = end.calls.into_iter().partition(for_caller);
+    // A call to the caller's tool cut short by the budget goes back as it
+    // is, arguments so far, with a finish that says it was cut (as OpenAI
+    // returns it; LangChain shows it as an invalid call). One to our own
+    // tools cannot run, and the turn has no budget left to redo it.
+    let mut finish_calls = ChatFinish::ToolCalls;
+    if let Some(cut) = end.cut {
+        if for_caller(&cut) {
+            caller.push(cut);
+            finish_calls = ChatFinish::Length;
+        } else {
+            tracing::info!(tool = %cut.name, round = state.round, "the budget ran out inside a call to our tool");
+        }
+    }
     if ours.is_empty() && caller.is_empty() {
         if !state.inputs.is_empty() {
             // A child's follow-up came while it answered: it answers that too.
@@ -1084,7 +1113,7 @@ async fn finish_round(state: &mut LoopState, reason: FinishReason, timings: Timi
         return Next::Done;
     }
     flush_held(state);
-    state.pending = Some(PendingCalls { ours, caller, timings });
+    state.pending = Some(PendingCalls { ours, caller, timings, finish: finish_calls });
     Next::Tools
 }
 
@@ -1170,7 +1199,7 @@ fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
 /// Takes the answers to a round's calls into the history. Returns true when
 /// another round should run.
 async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
-    let Some(PendingCalls { ours, caller, timings }) = state.pending.take() else { return false };
+    let Some(PendingCalls { ours, caller, timings, finish: finish_calls }) = state.pending.take() else { return false };
     if !caller.is_empty() {
         // The caller's tools run on the caller's side: the loop ends here.
         if state.seat.is_none() {
@@ -1178,7 +1207,7 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
             state.emit(ChatEvent::ServerTurns { turns: state.history.clone(), raw });
         }
         state.emit(ChatEvent::ToolCalls(caller));
-        finish(state, ChatFinish::ToolCalls, timings).await;
+        finish(state, finish_calls, timings).await;
         return false;
     }
     push_answer_turn(state, ours.clone());
@@ -1197,15 +1226,6 @@ async fn tools_answered(state: &mut LoopState, answers: Vec<String>) -> bool {
     }
     next_round(state);
     true
-}
-
-/// Whether two calls' arguments are the same JSON (or the same text when
-/// either is not JSON).
-fn same_arguments(a: &str, b: &str) -> bool {
-    match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a.trim() == b.trim(),
-    }
 }
 
 /// Everything answering one round's calls needs, owned, for its task.
@@ -1277,9 +1297,9 @@ impl ToolRunner {
             // Small models often repeat a call word for word in one turn.
             // Running it again would repeat a side effect, and repeating a
             // file read can overflow the context on its own.
-            let repeat_of = calls[..index]
-                .iter()
-                .position(|earlier| earlier.name == call.name && same_arguments(&earlier.arguments, &call.arguments));
+            let repeat_of = calls[..index].iter().position(|earlier| {
+                earlier.name == call.name && output::same_arguments(&earlier.arguments, &call.arguments)
+            });
             let tool = Tool::from_name(&call.name);
             let answer = if index >= MAX_SKILL_CALLS_PER_ROUND {
                 Answer::failed(format!(

@@ -37,6 +37,9 @@ pub struct RoundEnd {
     pub reasoning_delta: String,
     pub content_delta: String,
     pub calls: Vec<ToolCall>,
+    /// The call the round was cut short in (only for a round that ran out
+    /// of tokens), with the arguments so far.
+    pub cut: Option<ToolCall>,
     pub diagnostics: Vec<String>,
 }
 
@@ -99,8 +102,9 @@ impl RoundOutput {
     }
 
     /// Reads the calls and returns the content not yet streamed, so the
-    /// streamed text always adds up to the final content.
-    pub fn finish(&mut self) -> RoundEnd {
+    /// streamed text always adds up to the final content. `cut`: the round
+    /// ran out of tokens, so its last call may be unfinished.
+    pub fn finish(&mut self, cut: bool) -> RoundEnd {
         let Split { reasoning: reasoning_delta, content } = self.think.finish();
         self.answer.push_str(&content);
         let given = std::mem::take(&mut self.given_calls);
@@ -108,11 +112,15 @@ impl RoundOutput {
             let content_delta = self.answer[self.streamed..].to_string();
             self.streamed = self.answer.len();
             self.content = self.answer.clone();
-            let calls = unique_ids(Vec::new(), given);
-            return RoundEnd { reasoning_delta, content_delta, calls, diagnostics: Vec::new() };
+            let calls = distinct(unique_ids(Vec::new(), given));
+            return RoundEnd { reasoning_delta, content_delta, calls, cut: None, diagnostics: Vec::new() };
         };
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
-        let parsed = family.parser().parse(&self.answer, &declared);
+        let parser = family.parser();
+        let cut_call = cut.then(|| parser.cut_call(&self.answer, &declared)).flatten();
+        // The markup of a cut call is neither content nor a whole call.
+        let whole = cut_call.as_ref().map_or(self.answer.as_str(), |c| self.answer[..c.start].trim_end());
+        let parsed = parser.parse(whole, &declared);
         let streamed = &self.answer[..self.streamed];
         let mut diagnostics = parsed.diagnostics;
         let content_delta = match parsed.content.strip_prefix(streamed) {
@@ -133,8 +141,31 @@ impl RoundOutput {
             };
             calls.push(ToolCall { id, name: call.name, arguments: call.arguments });
         }
-        let calls = unique_ids(calls, given);
-        RoundEnd { reasoning_delta, content_delta, calls, diagnostics }
+        let calls = distinct(unique_ids(calls, given));
+        let cut = cut_call.map(|c| ToolCall { id: new_call_id(), name: c.call.name, arguments: c.call.arguments });
+        RoundEnd { reasoning_delta, content_delta, calls, cut, diagnostics }
+    }
+}
+
+/// `calls` without exact repeats (the same tool with the same arguments):
+/// a small model allowed several calls can write one call again and again,
+/// and neither the client nor the loop should run it twice.
+fn distinct(calls: Vec<ToolCall>) -> Vec<ToolCall> {
+    let mut kept: Vec<ToolCall> = Vec::with_capacity(calls.len());
+    for call in calls {
+        if !kept.iter().any(|k| k.name == call.name && same_arguments(&k.arguments, &call.arguments)) {
+            kept.push(call);
+        }
+    }
+    kept
+}
+
+/// Whether two calls' arguments are the same JSON (or the same text when
+/// either is not JSON).
+pub fn same_arguments(a: &str, b: &str) -> bool {
+    match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a.trim() == b.trim(),
     }
 }
 
@@ -164,7 +195,7 @@ mod tests {
     fn run(family: Option<ToolFamily>, pieces: &[&str]) -> (Vec<String>, String, Vec<String>) {
         let mut output = RoundOutput::new(family, vec!["get_weather".into()], false);
         let streamed: Vec<String> = pieces.iter().map(|p| output.push(p).content).collect();
-        let end = output.finish();
+        let end = output.finish(false);
         (streamed, end.content_delta, end.calls.into_iter().map(|c| c.name).collect())
     }
 
@@ -207,16 +238,57 @@ mod tests {
         assert_eq!(first.content, "");
         let second = output.push("</think>\nNo call needed.");
         assert_eq!(second.content, "No call needed.");
-        let end = output.finish();
+        let end = output.finish(false);
         assert!(end.calls.is_empty());
         assert_eq!(output.raw(), format!("<think>Maybe {drafted}</think>\nNo call needed."));
+    }
+
+    #[test]
+    fn a_round_keeps_one_of_each_repeated_call() {
+        let mut output = RoundOutput::new(Some(ToolFamily::Hermes), vec!["get_weather".into()], false);
+        let call = |city: &str, spaced: bool| {
+            let args = if spaced { format!("{{ \"city\" : \"{city}\" }}") } else { format!("{{\"city\":\"{city}\"}}") };
+            format!("<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {args}}}\n</tool_call>\n")
+        };
+        output.push(&format!(
+            "{}{}{}{}",
+            call("Paris", false),
+            call("Paris", true),
+            call("Rome", false),
+            call("Paris", false)
+        ));
+        let end = output.finish(false);
+        let args: Vec<&str> = end.calls.iter().map(|c| c.arguments.as_str()).collect();
+        assert_eq!(args, vec![r#"{"city":"Paris"}"#, r#"{"city":"Rome"}"#]);
+        // Calls an upstream returned as data are held to the same rule.
+        let mut output = RoundOutput::new(None, Vec::new(), false);
+        let given = |id: &str| ToolCall { id: id.into(), name: "f".into(), arguments: "{}".into() };
+        output.push_calls(vec![given("a"), given("b")]);
+        assert_eq!(output.finish(false).calls.len(), 1);
+    }
+
+    #[test]
+    fn a_cut_round_returns_its_unfinished_call_apart() {
+        let text = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
+        let mut output = RoundOutput::new(Some(ToolFamily::Hermes), vec!["get_weather".into()], false);
+        let streamed = output.push(text).content;
+        let end = output.finish(true);
+        assert_eq!(format!("{streamed}{}", end.content_delta), "Checking.");
+        assert!(end.calls.is_empty() && end.diagnostics.is_empty(), "{:?}", end.diagnostics);
+        let cut = end.cut.expect("the cut call");
+        assert_eq!((cut.name.as_str(), cut.arguments.as_str()), ("get_weather", "{\"city\": \"Pa"));
+        // The same text, not cut by the budget, is a broken call and nothing more.
+        let mut output = RoundOutput::new(Some(ToolFamily::Hermes), vec!["get_weather".into()], false);
+        output.push(text);
+        let end = output.finish(false);
+        assert!(end.cut.is_none() && end.calls.is_empty() && end.diagnostics.len() == 1);
     }
 
     #[test]
     fn call_ids_are_unique_and_non_empty() {
         let mut output = RoundOutput::new(Some(ToolFamily::Mistral), vec![], false);
         output.push(r#"[TOOL_CALLS][{"name": "a", "arguments": {}, "id": "x"}, {"name": "b", "arguments": {}, "id": "x"}, {"name": "c", "arguments": {}}]"#);
-        let ids: Vec<String> = output.finish().calls.into_iter().map(|c| c.id).collect();
+        let ids: Vec<String> = output.finish(false).calls.into_iter().map(|c| c.id).collect();
         assert_eq!(ids.len(), 3);
         assert_eq!(ids[0], "x");
         assert!(ids[1].starts_with("call_") && ids[1].len() == 5 + CALL_ID_LEN);
