@@ -16,7 +16,7 @@ FEATURES := $(if $(GPU),--features $(GPU))
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
 
-.PHONY: run test test-rust test-python test-web bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
+.PHONY: run test check test-rust test-python test-web bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
 
 run: deps model build
 	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
@@ -28,6 +28,17 @@ run: deps model build
 # when it is missing).
 test:
 	MAKE="$(MAKE)" scripts/test-suites.sh
+
+# The quick check while working: formatting, lints, and every test that
+# needs no model, no root, no network and no browser (scripted models,
+# parsers, the config, the scenarios). `make test` runs everything, and is
+# what CI runs. The skipped modules load the real model or run the sandbox.
+CHECK_TESTS := --lib --bins --test config --test apply_patch --test fuzz --test install --test prompt --test registry
+CHECK_SKIP := --skip http::tests:: --skip http::code_tests:: --skip http::install_tests::
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) test --release --workspace $(CHECK_TESTS) -- $(CHECK_SKIP)
 
 # One suite alone (the installs are `make test`'s first phase).
 test-rust:

@@ -17,6 +17,7 @@
 //! - [`sandbox`]: the `SandboxActor`, the launcher of the sandbox helper,
 //!   profiles, per-workspace uids and per-command control groups.
 //! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
+//! - [`task`]: `AbortOnDrop`, a task that ends with its owner.
 
 pub mod artifacts;
 pub mod chat_loop;
@@ -27,6 +28,7 @@ pub mod sandbox;
 pub mod server;
 pub mod skills;
 pub mod supervisor;
+pub mod task;
 pub mod tools;
 pub mod workspace;
 

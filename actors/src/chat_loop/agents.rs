@@ -16,13 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
-use skillhost_engine::{ChatMessage, Role, Timings, ToolCall, ToolChoice};
+use skillhost_engine::{ChatMessage, Role, Timings, ToolChoice};
 use tokio::sync::mpsc;
 
-use super::{AbortOnDrop, LoopActor, LoopArgs, LoopMsg, LoopState, MultiAgent};
+use super::{LoopActor, LoopArgs, LoopMsg, LoopState, MultiAgent};
 use crate::request::{AgentPhase, AgentUpdate, ChatError, ChatEvent, ChatFinish, ChatRequest};
-use crate::tools::agents::{self as agent_tools, AgentOp};
-use crate::tools::{Answer, Tool, ToolError};
+use crate::task::AbortOnDrop;
+use crate::tools::agents::AgentOp;
+use crate::tools::Tool;
 use crate::workspace::actor::WorkspaceMsg;
 
 /// Children one request may start, counted over its whole tree: each is a
@@ -45,8 +46,6 @@ pub const AGENT_WALL_TIME: Duration = Duration::from_secs(300);
 pub const MAX_QUEUED_INPUTS: usize = 8;
 /// Bytes of a report the parent reads; the rest is cut with a note.
 pub const MAX_REPORT_BYTES: usize = 16 * 1024;
-/// How long a coordination call other than a wait may take the loop.
-const OP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How a child's first message tells it who it is (the scripted model
 /// reads it to know which agent a prompt is for).
 pub const AGENT_MARK: &str = "[You are agent ";
@@ -363,40 +362,6 @@ fn report(text: &str, finish: ChatFinish) -> String {
     text
 }
 
-/// Answers a coordination call: asks the loop's actor, which holds the
-/// children. A wait that times out asks where the agents stand instead.
-pub(super) async fn call_tool(
-    me: &ActorRef<LoopMsg>,
-    tool: Tool,
-    agent_id: &str,
-    call: &ToolCall,
-) -> Result<Answer, ToolError> {
-    let args = crate::tools::args::arguments(call);
-    let read = agent_tools::read(tool, agent_id, &args).map_err(ToolError::Model)?;
-    let gone = || ToolError::Fatal("the request ended while an agent call was answered".into());
-    let (op, timeout) = match &read.op {
-        AgentOp::Wait { .. } => (read.op.clone(), read.wait),
-        _ => (read.op.clone(), OP_TIMEOUT),
-    };
-    let text = match me.call(|reply| LoopMsg::Agents(op, reply), Some(timeout)).await {
-        Ok(ractor::rpc::CallResult::Success(text)) => text,
-        Ok(ractor::rpc::CallResult::Timeout) => {
-            let AgentOp::Wait { ids } = read.op else { return Err(gone()) };
-            let status = AgentOp::Status { ids, waited: read.wait, note: read.note.clone() };
-            match me.call(|reply| LoopMsg::Agents(status, reply), Some(OP_TIMEOUT)).await {
-                Ok(ractor::rpc::CallResult::Success(text)) => return Ok(Answer::done(text)),
-                _ => return Err(gone()),
-            }
-        }
-        Ok(ractor::rpc::CallResult::SenderError) | Err(_) => return Err(gone()),
-    };
-    let text = match read.note {
-        Some(note) => format!("{text}\n{note}"),
-        None => text,
-    };
-    Ok(Answer { detail: None, ..Answer::done(text) })
-}
-
 /// Answers one coordination operation inside the loop's actor. A wait with
 /// nothing to read yet keeps its reply port for the first report.
 pub(super) async fn handle_op(
@@ -458,7 +423,7 @@ async fn spawn(
             agents.depth
         );
     }
-    let reachable: BTreeSet<String> = state.skill_tools.as_ref().map(|c| c.reachable.clone()).unwrap_or_default();
+    let reachable: BTreeSet<String> = state.bench.skill_tools.as_ref().map(|c| c.reachable.clone()).unwrap_or_default();
     let (child_skills, discovery) = match skills {
         None => (state.request.skills.clone(), state.request.skills_discovery),
         Some(named) => {
@@ -472,7 +437,7 @@ async fn spawn(
             (named, Some(false))
         }
     };
-    let allowed = grantable(&state.tools, &state.caller_tools, tree.allow_write);
+    let allowed = grantable(&state.prompt.tools, &state.prompt.caller_tools, tree.allow_write);
     let child_tools = match tools {
         None => allowed.clone(),
         Some(named) => {
@@ -480,8 +445,8 @@ async fn spawn(
                 if allowed.contains(name) {
                     continue;
                 }
-                let ours =
-                    Tool::from_name(name).is_some_and(|t| !t.is_agent()) && state.tools.iter().any(|t| &t.name == name);
+                let ours = Tool::from_name(name).is_some_and(|t| !t.is_agent())
+                    && state.prompt.tools.iter().any(|t| &t.name == name);
                 return if ours && !tree.allow_write {
                     format!("The agent cannot be given {name}: agents only read on this server (the operator can allow more with --agents-allow-write). Give it read-only tools: {}.", allowed.join(", "))
                 } else {
@@ -525,7 +490,7 @@ async fn spawn(
             state.agent_id
         ),
     ));
-    let budget = super::remaining_budget(state).map_or(limits.tokens, |left| left.min(limits.tokens));
+    let budget = super::round::remaining_budget(state).map_or(limits.tokens, |left| left.min(limits.tokens));
     let request = ChatRequest {
         messages,
         tool_choice: ToolChoice::Auto,
@@ -547,21 +512,21 @@ async fn spawn(
     let args = LoopArgs {
         request,
         backend: Arc::clone(&state.backend),
-        skills: state.snapshot.clone(),
+        skills: state.skills.snapshot.clone(),
         settings,
-        exec: state.exec.clone(),
-        artifacts: state.artifacts.clone(),
-        conversations: Arc::clone(&state.conversations),
+        exec: state.bench.exec.clone(),
+        artifacts: state.bench.artifacts.clone(),
+        conversations: Arc::clone(&state.bench.conversations),
         events,
         agent_stats: Arc::clone(&tree.stats),
-        skill_outcomes: Arc::clone(&state.skill_outcomes),
+        skill_outcomes: Arc::clone(&state.skills.skill_outcomes),
         seat: Some(ChildSeat {
             id: id.clone(),
             depth,
             tree: Arc::clone(&tree),
             tools: child_tools,
-            allowed: state.allowed.clone(),
-            workspace: state.workspace.as_ref().map(|w| w.actor.clone()),
+            allowed: state.bench.allowed.clone(),
+            workspace: state.bench.workspace.as_ref().map(|w| w.actor.clone()),
             seat,
         }),
     };
@@ -753,9 +718,9 @@ pub(super) fn on_child_event(myself: &ActorRef<LoopMsg>, state: &mut LoopState, 
             agents.tree.stats.finished.fetch_add(1, Ordering::Relaxed);
             // The children's work is the request's: their tokens count
             // toward its budget and its usage.
-            state.usage.prompt_tokens += usage.prompt_tokens;
-            state.usage.completion_tokens += usage.completion_tokens;
-            state.rounds.extend(rounds);
+            state.progress.usage.prompt_tokens += usage.prompt_tokens;
+            state.progress.usage.completion_tokens += usage.completion_tokens;
+            state.progress.rounds.extend(rounds);
             state.emit(ChatEvent::Agent(update));
             reported(myself, state);
         }
@@ -835,9 +800,13 @@ pub(super) fn collect_if_ready(myself: &ActorRef<LoopMsg>, state: &mut LoopState
         "Reports from the agents you started came in after you answered. Read them and answer again; the user has not seen your earlier answer.\n\n",
     );
     text.push_str(&agents.reports_text(&reports, &[]));
-    tracing::info!(reports = reports.len(), round = state.round, "a final answer was withheld for agents' reports");
-    state.history.push(ChatMessage::new(Role::User, text));
-    super::next_round(state);
+    tracing::info!(
+        reports = reports.len(),
+        round = state.progress.round,
+        "a final answer was withheld for agents' reports"
+    );
+    state.prompt.history.push(ChatMessage::new(Role::User, text));
+    super::round::next_round(state);
     let _ = myself.cast(LoopMsg::Run);
 }
 

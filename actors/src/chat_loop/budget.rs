@@ -225,7 +225,7 @@ fn demote_old_result(history: &mut [ChatMessage]) -> Option<String> {
             && !m.content.starts_with(RESULT_NOTE)
             && !m.content.starts_with(BODY_NOTE)
             // Already a note (a result too long for the context).
-            && !m.content.starts_with(super::TOO_LONG_NOTE)
+            && !m.content.starts_with(super::round::TOO_LONG_NOTE)
             && body_of(history, m).is_none()
     })?;
     let call = call_of(history, &history[index]).map_or_else(|| "the call".to_string(), call_text);

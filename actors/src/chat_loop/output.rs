@@ -5,6 +5,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use skillhost_engine::{ToolCall, ToolFamily};
 
 use super::reasoning::{ReasoningSplit, Split};
+use crate::tools::router::same_arguments;
 
 /// Length of the random part of a generated call id (`call_` + 24 characters).
 pub const CALL_ID_LEN: usize = 24;
@@ -158,15 +159,6 @@ fn distinct(calls: Vec<ToolCall>) -> Vec<ToolCall> {
         }
     }
     kept
-}
-
-/// Whether two calls' arguments are the same JSON (or the same text when
-/// either is not JSON).
-pub fn same_arguments(a: &str, b: &str) -> bool {
-    match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a.trim() == b.trim(),
-    }
 }
 
 /// `calls` followed by `more`, each of `more` keeping its id when it is

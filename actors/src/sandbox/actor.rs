@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::launch::{Ran, Run, SandboxMode};
 use super::ExecSettings;
-use crate::chat_loop::AbortOnDrop;
+use crate::task::AbortOnDrop;
 
 /// Why a command runs; it decides the profile, the network and whether the
 /// operator's choice to run unconfined applies.

@@ -77,7 +77,7 @@ pub struct SkillsState {
     /// Keeps the file watcher alive while `--skills-watch` is on.
     _watcher: Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>>,
     /// The `--skills-poll` timer; aborted with the actor.
-    _poller: Option<crate::chat_loop::AbortOnDrop>,
+    _poller: Option<crate::task::AbortOnDrop>,
 }
 
 impl SkillsState {
@@ -113,7 +113,7 @@ impl Actor for SkillRegistryActor {
     ) -> Result<SkillsState, ActorProcessingErr> {
         let watcher = if args.config.watch { Some(start_watcher(&args.config.roots, myself.clone())?) } else { None };
         let poller = args.config.poll.map(|every| {
-            crate::chat_loop::AbortOnDrop::new(tokio::spawn(async move {
+            crate::task::AbortOnDrop::new(tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(every);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 ticks.tick().await;

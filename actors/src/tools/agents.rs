@@ -4,13 +4,14 @@
 //! one protocol; what each does is the parent loop's bookkeeping
 //! (`chat_loop::agents`), reached through the loop's mailbox.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use ractor::RpcReplyPort;
 use serde_json::{json, Map, Value};
-use skillhost_engine::ToolDef;
+use skillhost_engine::{ToolCall, ToolDef};
 
-use super::args;
-use super::Tool;
+use super::{args, Answer, Tool, ToolError};
 
 /// A task message of at most this many bytes: a task is a paragraph or a
 /// page, not a document (a child reads documents with its own tools).
@@ -61,8 +62,68 @@ pub struct Read {
     pub note: Option<String>,
 }
 
-/// The declarations, in a fixed order. They are on every request of a
-/// tool-capable model, so they are kept short; the skills and tools a
+/// How long a coordination call other than a wait may take the loop.
+const OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the coordination calls go: the loop that holds the children,
+/// through its mailbox. The tool router holds one only when delegation is
+/// on; the loop makes it, so the tools never name the loop's messages.
+#[derive(Clone)]
+pub struct AgentDesk(Arc<dyn Fn(AgentOp, RpcReplyPort<String>) -> bool + Send + Sync>);
+
+impl AgentDesk {
+    /// `send` hands an operation and its reply port to the loop; false
+    /// when the loop is gone.
+    pub fn new(send: impl Fn(AgentOp, RpcReplyPort<String>) -> bool + Send + Sync + 'static) -> AgentDesk {
+        AgentDesk(Arc::new(send))
+    }
+
+    /// The loop's answer to `op`; `None` when it is gone or `timeout`
+    /// passed first (`Some(None)`).
+    async fn ask(&self, op: AgentOp, timeout: Duration) -> Option<Option<String>> {
+        let (reply, answer) = ractor::concurrency::oneshot();
+        if !(self.0)(op, RpcReplyPort::from(reply)) {
+            return None;
+        }
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(text)) => Some(Some(text)),
+            Ok(Err(_)) => None,
+            Err(_) => Some(None),
+        }
+    }
+
+    /// Answers a coordination call. A wait that times out asks where the
+    /// agents stand instead.
+    pub async fn call(&self, tool: Tool, agent_id: &str, call: &ToolCall) -> Result<Answer, ToolError> {
+        let args = args::arguments(call);
+        let read = read(tool, agent_id, &args).map_err(ToolError::Model)?;
+        let gone = || ToolError::Fatal("the request ended while an agent call was answered".into());
+        let timeout = match &read.op {
+            AgentOp::Wait { .. } => read.wait,
+            _ => OP_TIMEOUT,
+        };
+        let text = match self.ask(read.op.clone(), timeout).await {
+            Some(Some(text)) => text,
+            Some(None) => {
+                let AgentOp::Wait { ids } = read.op else { return Err(gone()) };
+                let status = AgentOp::Status { ids, waited: read.wait, note: read.note.clone() };
+                return match self.ask(status, OP_TIMEOUT).await {
+                    Some(Some(text)) => Ok(Answer::done(text)),
+                    _ => Err(gone()),
+                };
+            }
+            None => return Err(gone()),
+        };
+        let text = match read.note {
+            Some(note) => format!("{text}\n{note}"),
+            None => text,
+        };
+        Ok(Answer { detail: None, ..Answer::done(text) })
+    }
+}
+
+/// The declarations, in a fixed order. They ride beside every other tool
+/// a request offers, so they are kept short; the skills and tools a
 /// child may be given are checked when it is started, not listed here
 /// (a long skills list would be repeated in the prompt). `skills` and
 /// `tools` are offered only when the caller has some to share: a small

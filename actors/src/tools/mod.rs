@@ -17,6 +17,7 @@ pub mod edit_file;
 pub mod install;
 pub mod read_file;
 pub mod recovery;
+pub mod router;
 pub mod shell;
 pub mod skills;
 pub mod skills_list;

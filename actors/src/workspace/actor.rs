@@ -22,6 +22,10 @@ use crate::tools::{self, Answer, CodeCall, CodeContext, ToolError};
 
 pub struct WorkspaceActor;
 
+/// How long the end of a request waits for a workspace actor (and its
+/// folder) to go.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Where the files a call produced are kept.
 #[derive(Debug, Clone)]
 pub struct ArtifactsFor {
