@@ -33,7 +33,7 @@ test:
 # needs no model, no root, no network and no browser (scripted models,
 # parsers, the config, the scenarios). `make test` runs everything, and is
 # what CI runs. The skipped modules load the real model or run the sandbox.
-CHECK_TESTS := --lib --bins --test config --test apply_patch --test fuzz --test install --test prompt --test registry
+CHECK_TESTS := --lib --bins --test config --test layers --test apply_patch --test fuzz --test install --test prompt --test registry
 CHECK_SKIP := --skip http::tests:: --skip http::code_tests:: --skip http::install_tests::
 check:
 	$(CARGO) fmt --all -- --check

@@ -613,7 +613,7 @@ impl Terminal {
     /// A step, as the Web UI's activity line shows it.
     fn step(&mut self, agent: &str, line: &str) {
         self.fresh_line();
-        let who = if agent == skillhost_actors::chat_loop::ROOT_AGENT { String::new() } else { format!("{agent} ") };
+        let who = if agent == skillhost_actors::request::ROOT_AGENT { String::new() } else { format!("{agent} ") };
         let _ = writeln!(std::io::stderr(), "· {who}{}", Self::shown(line, self.stderr_tty));
     }
 

@@ -14,7 +14,7 @@ use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
 use skillhost_actors::sandbox::doctor::{self, Check};
 use skillhost_actors::sandbox::launch::{Launcher, Run};
 use skillhost_actors::sandbox::profile::Profile;
-use skillhost_actors::sandbox::uids::{UidPool, UidRange, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::uids::{UidPool, UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::{Workspace, WorkspaceOptions, DEFAULT_WORKSPACE_MAX_BYTES};
 
 /// The shipped profiles, built into the binary so an installed server does

@@ -220,14 +220,15 @@ fn doctor_reports_everything_confined() {
 /// The helper as the tools start it, and, as root, a leased uid for the
 /// command, as a server's would have.
 fn launcher_and_lease(
-) -> (skillhost_actors::sandbox::launch::Launcher, Option<skillhost_actors::sandbox::uids::UidLease>) {
+) -> (skillhost_actors::sandbox::launch::Launcher, Option<skillhost_actors::workspace::uids::UidLease>) {
     let launcher = skillhost_actors::sandbox::launch::Launcher {
         helper: BINARY.into(),
         profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
         cgroups: None,
     };
     let lease = unsafe_is_root().then(|| {
-        let pool = skillhost_actors::sandbox::uids::UidPool::new(skillhost_actors::sandbox::uids::DEFAULT_UID_RANGE);
+        let pool =
+            skillhost_actors::workspace::uids::UidPool::new(skillhost_actors::workspace::uids::DEFAULT_UID_RANGE);
         pool.unwrap().lease().unwrap()
     });
     (launcher, lease)

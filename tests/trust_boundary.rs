@@ -12,8 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use skillhost_actors::tools::workspace_actor::{self, ArtifactsFor};
 use skillhost_actors::tools::{CodeCall, Tool};
-use skillhost_actors::workspace::actor::{self, ArtifactsFor};
 
 mod common;
 
@@ -231,7 +231,7 @@ async fn artifacts_skip_links_and_names_the_guard_refuses() {
         format!("ln -s {} report.txt; printf x > 'a\\b'; mkfifo pipe; echo r > real.txt", host.file.display());
     let call = CodeCall::Tool { tool: Tool::Shell, args: json!({"command": command}).as_object().unwrap().clone() };
     let target = ArtifactsFor { store: harness.artifacts.clone(), run_id: "run-artifacts".into() };
-    let answer = actor::call(&workspace, call, Some(harness.sandbox.clone()), Some(target)).await.unwrap();
+    let answer = workspace_actor::call(&workspace, call, Some(harness.sandbox.clone()), Some(target)).await.unwrap();
     let produced: Vec<&str> = answer.produced.iter().map(|a| a.path.as_str()).collect();
     assert_eq!(produced, ["real.txt"], "{}", answer.text);
     let stored: Vec<_> = std::fs::read_dir(harness.artifacts_dir.join("run-artifacts"))

@@ -51,13 +51,7 @@ impl Default for ArtifactLimits {
 /// collected (a produced file is something the model made).
 pub const PRIVATE: [&str; 4] = [".skillhost", ".tmp", crate::sandbox::PYTHON_USER_BASE, crate::sandbox::NODE_MODULES];
 
-/// One stored file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Artifact {
-    /// Relative to the workspace, `/`-separated.
-    pub path: String,
-    pub bytes: u64,
-}
+pub use crate::request::Artifact;
 
 #[derive(Debug)]
 struct RunFiles {

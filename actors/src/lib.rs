@@ -7,21 +7,30 @@
 //! - [`model`]: `ModelActor`, the owner of the engine thread's lifetime.
 //! - [`chat_loop`]: `LoopActor`, one chat request; `output` splits generated
 //!   text into streamed content and tool calls.
-//! - [`request`]: the validated request and the events a request reports.
-//! - [`skills`]: Agent Skills: manifests, the path guard, the registry and its
-//!   actor, ZIP installs.
+//! - [`request`]: the validated request, the events a request reports and the
+//!   types they carry.
+//! - [`path_guard`]: the one check every path a skill, an archive or a
+//!   workspace names goes through.
+//! - [`skills`]: Agent Skills: manifests, the registry and its actor, ZIP
+//!   installs.
 //! - [`server`]: the handle the HTTP layer holds.
-//! - [`tools`]: the closed set of tools the server answers, one file each.
+//! - [`tools`]: the closed set of tools the server answers, one file each,
+//!   the router that sends a call to its tool, and the `WorkspaceActor`
+//!   that answers the code calls made in one folder.
 //! - [`workspace`]: request folders, the one handle into them
-//!   (`workspace::handle`) and the `WorkspaceActor` that owns one.
+//!   (`workspace::handle`), their uids and their memory budget.
+//! - [`conversations`]: Web UI conversations and the workspace actor each
+//!   keeps.
 //! - [`sandbox`]: the `SandboxActor`, the launcher of the sandbox helper,
-//!   profiles, per-workspace uids and per-command control groups.
+//!   profiles, per-command control groups, the install settings.
 //! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
 //! - [`task`]: `AbortOnDrop`, a task that ends with its owner.
 
 pub mod artifacts;
 pub mod chat_loop;
+pub mod conversations;
 pub mod model;
+pub mod path_guard;
 pub mod replica;
 pub mod request;
 pub mod sandbox;

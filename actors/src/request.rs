@@ -130,7 +130,7 @@ pub struct ToolProgress {
     /// The run whose artifacts hold the produced files.
     pub run_id: String,
     /// Files produced (on `Finished`).
-    pub files: Vec<crate::artifacts::Artifact>,
+    pub files: Vec<Artifact>,
     pub round: u32,
 }
 
@@ -148,7 +148,7 @@ pub struct RoundStats {
     pub generated_tokens: usize,
     pub time_to_first_token_ms: f64,
     /// What the prompt spent its tokens on.
-    pub context: crate::chat_loop::budget::ContextParts,
+    pub context: ContextParts,
     /// The notes of what the context budget let go before this round.
     pub demoted: Vec<String>,
 }
@@ -214,4 +214,61 @@ pub enum ChatEvent {
         rounds: Vec<RoundStats>,
     },
     Failed(ChatError),
+}
+
+/// Who makes the calls in a request without sub-agents.
+pub const ROOT_AGENT: &str = "/root";
+
+/// How a child's first message tells it who it is (the scripted model
+/// reads it to know which agent a prompt is for).
+pub const AGENT_MARK: &str = "[You are agent ";
+
+/// A file a code run produced, as the artifact store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// Relative to the workspace, `/`-separated.
+    pub path: String,
+    pub bytes: u64,
+}
+
+/// What a prompt spends its tokens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContextParts {
+    /// The caller's system text and the server's fixed guidance.
+    pub system: usize,
+    /// The skills block (catalog, selected skills, rules).
+    pub skills: usize,
+    /// Tool declarations.
+    pub tools: usize,
+    /// Skill instructions the model loaded with `skills_read`.
+    pub skill_bodies: usize,
+    /// Results of the other tool calls.
+    pub tool_results: usize,
+    /// The rest of the conversation: user and assistant turns.
+    pub history: usize,
+}
+
+impl ContextParts {
+    pub fn total(&self) -> usize {
+        self.system + self.skills + self.tools + self.skill_bodies + self.tool_results + self.history
+    }
+
+    /// The parts scaled so they add up to `tokens` (the prompt's real
+    /// count; the parts are measured in bytes, and the template's own
+    /// markup is spread over them).
+    pub fn scaled_to(&self, tokens: usize) -> ContextParts {
+        let total = self.total().max(1);
+        let scale = |part: usize| part * tokens / total;
+        let mut out = ContextParts {
+            system: scale(self.system),
+            skills: scale(self.skills),
+            tools: scale(self.tools),
+            skill_bodies: scale(self.skill_bodies),
+            tool_results: scale(self.tool_results),
+            history: scale(self.history),
+        };
+        // Rounding down loses a few tokens; they belong to the history.
+        out.history += tokens.saturating_sub(out.total());
+        out
+    }
 }

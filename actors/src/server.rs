@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::artifacts::{ArtifactStore, Artifacts};
 use crate::chat_loop::agents::{self, AgentStats};
 use crate::chat_loop::{LoopMsg, LoopSettings, MultiAgent};
+use crate::conversations::Conversations;
 use crate::model::ModelSource;
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
@@ -18,7 +19,6 @@ use crate::skills::install::InstallError;
 use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
-use crate::workspace::conversations::Conversations;
 
 /// How long a rescan may take before the caller gives up waiting.
 const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);

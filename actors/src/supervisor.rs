@@ -11,12 +11,12 @@ use tokio::sync::{mpsc, watch};
 use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
 use crate::chat_loop::agents::AgentStats;
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
+use crate::conversations::Conversations;
 use crate::model::{ModelActor, ModelBackend, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::{SkillRegistryActor, SkillsArgs, SkillsMsg};
 use crate::skills::{SkillsConfig, Snapshot};
-use crate::workspace::conversations::Conversations;
 
 /// How long the supervisor waits for the model actor to answer.
 const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;

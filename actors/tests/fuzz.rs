@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
+use skillhost_actors::path_guard::{check_lexical, open_file};
 use skillhost_actors::skills::install::{install_archive, ZipLimits};
-use skillhost_actors::skills::path_guard::{check_lexical, open_file};
 use skillhost_actors::skills::Snapshot;
 
 /// A skill with links in and out, next to a secret.

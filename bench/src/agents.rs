@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use skillhost_actors::chat_loop::agents::AGENT_MARK;
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::backend::{CountFuture, SubmitFuture};
 use skillhost_actors::model::{ModelBackend, ModelSource};
+use skillhost_actors::request::AGENT_MARK;
 use skillhost_actors::request::{ChatEvent, ChatRequest, RoundStats};
 use skillhost_actors::{Server, ServerConfig};
 use skillhost_engine::{

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
 use skillhost_actors::sandbox::launch::{Launcher, Run};
-use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::{apply_patch, DirHandle, Workspace, WorkspaceOptions};
 
 /// Starts of each kind; the median is reported.

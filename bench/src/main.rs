@@ -102,7 +102,7 @@ impl<'m> Bare<'m> {
             model.new_context(backend, skillhost_engine::context_params(N_CTX, N_PARALLEL, threads)).expect("context");
         let template_text = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
         let template = ChatTemplate::for_model(template_text.as_deref(), "llama", "", "").expect("template");
-        let batch = LlamaBatch::new(skillhost_engine::engine::BATCH_SIZE as usize, 1);
+        let batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, 1);
         Bare { model, ctx, template, batch }
     }
 

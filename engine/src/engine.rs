@@ -4,184 +4,16 @@
 //! context borrows the model and is not `Sync`). Everything else holds an
 //! [`Engine`], which is only a channel to that thread plus read-only facts.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::chat::{ChatPayload, ToolCall};
 use crate::error::EngineError;
 use crate::executor;
-use crate::format::{ChatFormat, GrammarSpec};
-use crate::sampling::{CompiledGrammar, SamplingParams};
+use crate::format::GrammarSpec;
+use crate::protocol::{Command, EngineConfig, EngineStats, Exit, GenerateRequest, ModelInfo, Submitted};
+use crate::sampling::CompiledGrammar;
 use crate::tokenizer::Tokenizer;
-use llama_cpp_2::token::LlamaToken;
-
-/// Largest default context: the model's training context is used up to this
-/// many tokens unless `--ctx-size` says otherwise, so a 128k-context model does
-/// not allocate gigabytes of KV cache by surprise.
-pub const DEFAULT_MAX_CTX: u32 = 8192;
-/// Tokens decoded per `llama_decode` call at most (llama-server's default).
-pub const BATCH_SIZE: u32 = 2048;
-/// Physical micro-batch size (llama-server's default).
-pub const UBATCH_SIZE: u32 = 512;
-
-/// How to load and run the model.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct EngineConfig {
-    pub model_path: PathBuf,
-    /// Context size in tokens, shared by all slots; `None` picks the model's
-    /// training context capped at [`DEFAULT_MAX_CTX`].
-    pub n_ctx: Option<u32>,
-    /// Sequences decoded together.
-    pub n_parallel: u32,
-    /// CPU threads for decoding; `None` uses every core.
-    pub n_threads: Option<u32>,
-    /// Model layers to offload to a GPU; `None` is llama.cpp's default
-    /// (all of them when a GPU backend is compiled in).
-    pub gpu_layers: Option<u32>,
-    /// Folder where the shared prefix is saved and restored across restarts.
-    pub prefix_cache: Option<PathBuf>,
-}
-
-/// Facts about the loaded model.
-#[derive(Debug)]
-pub struct ModelInfo {
-    /// The model's id: its file name without `.gguf`.
-    pub id: String,
-    pub path: PathBuf,
-    pub architecture: String,
-    /// Context size in use, in tokens.
-    pub n_ctx: u32,
-    pub n_ctx_train: u32,
-    pub n_parallel: u32,
-    pub n_params: u64,
-    pub size_bytes: u64,
-    pub format: ChatFormat,
-}
-
-/// One generation request, with an already rendered prompt.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct GenerateRequest {
-    pub prompt: String,
-    pub sampling: SamplingParams,
-    /// `None` generates until the model stops or the context is full.
-    pub max_tokens: Option<u32>,
-    pub stops: Vec<String>,
-    pub grammar: Option<GrammarSpec>,
-    /// Which conversation this is (a hash of its leading messages): an
-    /// upstream fleet sends every round of it to the same upstream, where
-    /// its prefix is cached. The local engine finds prefixes itself.
-    pub affinity: Option<u64>,
-    /// The conversation as data, for an upstream in chat mode.
-    pub chat: Option<Arc<ChatPayload>>,
-}
-
-/// Why a sequence ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// End-of-generation token or a stop string.
-    Stop,
-    /// `max_tokens` reached or the context is full.
-    Length,
-}
-
-/// Token counts and times of one request, as llama-server's `timings`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Timings {
-    /// Prompt tokens reused from the KV cache.
-    pub cache_n: usize,
-    /// Of `cache_n`, tokens copied from another sequence's cache (another
-    /// conversation or the saved shared prefix) rather than this slot's own.
-    pub copied_n: usize,
-    /// Prompt tokens decoded.
-    pub prompt_n: usize,
-    pub prompt_ms: f64,
-    /// Tokens generated.
-    pub predicted_n: usize,
-    pub predicted_ms: f64,
-}
-
-impl Timings {
-    pub fn prompt_per_second(&self) -> f64 {
-        per_second(self.prompt_n, self.prompt_ms)
-    }
-    pub fn predicted_per_second(&self) -> f64 {
-        per_second(self.predicted_n, self.predicted_ms)
-    }
-}
-
-fn per_second(n: usize, ms: f64) -> f64 {
-    if ms > 0.0 {
-        n as f64 * 1000.0 / ms
-    } else {
-        0.0
-    }
-}
-
-/// What a running sequence reports.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GenerationEvent {
-    /// Text generated since the last event; never splits a character or leaks
-    /// part of a stop string.
-    Text(String),
-    /// Tool calls an upstream in chat mode returned as data (the local
-    /// engine's calls are in its text). Sent before `Finished`.
-    ToolCalls(Vec<ToolCall>),
-    /// The sequence ended normally.
-    Finished { reason: FinishReason, timings: Timings },
-    /// The sequence ended with an error.
-    Failed(EngineError),
-}
-
-/// A submitted request: its events arrive on `events`. Dropping the receiver
-/// cancels the sequence at the next decode step and frees its slot.
-#[derive(Debug)]
-pub struct Submitted {
-    pub events: mpsc::UnboundedReceiver<GenerationEvent>,
-    /// Tokens in the prompt (reused and decoded); 0 when only the end
-    /// tells (an upstream), and then `cache_n + prompt_n` of the timings.
-    pub n_prompt: usize,
-}
-
-/// Live counters the engine thread keeps for `/metrics`.
-#[derive(Debug, Default)]
-pub struct EngineStats {
-    pub active_slots: AtomicUsize,
-    pub queued: AtomicUsize,
-    /// Requests whose receiver went away before they finished (client
-    /// disconnects and cancellations).
-    pub cancelled: AtomicUsize,
-    /// Most sequences one decode step carried since the engine started.
-    pub batch_sequences_max: AtomicUsize,
-    /// Each upstream's counters, when generation goes to upstream servers.
-    pub upstreams: Vec<Arc<crate::remote::UpstreamStats>>,
-}
-
-/// Messages to the engine thread.
-pub(crate) enum Command {
-    Submit {
-        request: Box<GenerateRequest>,
-        /// The prompt, tokenized by the submitter.
-        tokens: Vec<LlamaToken>,
-        /// The grammar, converted by the submitter.
-        grammar: Option<CompiledGrammar>,
-        reply: oneshot::Sender<Result<Submitted, EngineError>>,
-    },
-    /// Makes the engine thread panic, to test recovery.
-    #[cfg(feature = "fault-injection")]
-    Panic,
-}
-
-/// How the engine thread ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    /// Every [`Engine`] handle was dropped.
-    Normal,
-    /// The thread panicked with this message.
-    Panicked(String),
-}
 
 /// A handle to the engine thread. Cheap to clone; the thread ends when the
 /// last handle is dropped and every sequence has finished.
@@ -347,15 +179,4 @@ impl Drop for ExitGuard {
             let _ = tx.send(exit);
         }
     }
-}
-
-impl Exit {
-    pub fn is_panic(&self) -> bool {
-        matches!(self, Exit::Panicked(_))
-    }
-}
-
-/// Publishes a gauge value for `/metrics`.
-pub(crate) fn set_gauge(gauge: &AtomicUsize, value: usize) {
-    gauge.store(value, Ordering::Relaxed);
 }

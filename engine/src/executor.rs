@@ -23,52 +23,33 @@
 //! back by a copy, not a prefill.
 
 use std::collections::VecDeque;
-use std::num::NonZeroU32;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use tokio::sync::mpsc;
 
 use crate::cells::CellLedger;
-use crate::engine::{
-    set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
-    Submitted, Timings, BATCH_SIZE, DEFAULT_MAX_CTX, UBATCH_SIZE,
-};
 use crate::error::EngineError;
-use crate::format::ChatFormat;
+use crate::load::{backend, context_params, model_info, model_params};
 use crate::prefix::{
     common_prefix, destination_rank, parked_to_drop, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS,
+};
+use crate::protocol::{
+    set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
+    Submitted, Timings, BATCH_SIZE, DEFAULT_MAX_CTX,
 };
 use crate::repeat::{RepeatWatch, Watched};
 use crate::sampling::{CompiledGrammar, Sampler};
 use crate::saved_prefix::SavedPrefix;
-use crate::template::ChatTemplate;
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
-
-/// llama.cpp's backend is process-global and may be initialized only once per
-/// process, so it outlives any one engine thread: a restarted engine reuses it.
-static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-
-fn backend() -> Result<&'static LlamaBackend, String> {
-    BACKEND
-        .get_or_init(|| {
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
-            LlamaBackend::init().map_err(|err| err.to_string())
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
 
 /// Entry point of the engine thread.
 pub(crate) fn run(
@@ -123,17 +104,6 @@ pub(crate) fn run(
     executor.run(commands);
 }
 
-/// Layers to offload to a GPU: what the operator asked for, else llama.cpp's
-/// default, which is every layer when a GPU backend is compiled in (the CPU
-/// build has nowhere to put them and ignores it).
-fn model_params(gpu_layers: Option<u32>) -> LlamaModelParams {
-    let params = LlamaModelParams::default();
-    match gpu_layers {
-        Some(n) => params.with_n_gpu_layers(n),
-        None => params,
-    }
-}
-
 /// Puts the calling thread (and the OpenMP workers it will start, which
 /// inherit its policy) in the normal scheduling class. The engine thread is
 /// spawned from a thread the server may have marked as batch work; decoding
@@ -146,77 +116,6 @@ fn decode_at_normal_priority() {
     if rc != 0 {
         tracing::debug!(error = %std::io::Error::last_os_error(), "cannot set the engine thread's scheduling class");
     }
-}
-
-/// The context parameters the engine runs with; public so the benchmark's
-/// bare decode loop runs on exactly the same settings. There is one sequence
-/// more than slots: the one that keeps the shared prefix.
-pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContextParams {
-    LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(n_ctx))
-        .with_n_batch(BATCH_SIZE)
-        .with_n_ubatch(UBATCH_SIZE)
-        .with_n_seq_max(n_parallel + 1)
-        // One KV buffer shared by all slots, so one long request can use the
-        // whole context while the others are short.
-        .with_kv_unified(true)
-        // Sliding-window layers keep every position rather than only the
-        // window, so a sequence can be continued or rewound wherever its
-        // cache ends (no effect on models without such layers).
-        .with_swa_full(true)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads)
-}
-
-/// Reads a GGUF's metadata and vocabulary, never its weights: the chat
-/// format and a tokenizer for a model that runs on upstream servers.
-pub(crate) fn vocabulary(path: &std::path::Path) -> Result<(ModelInfo, Arc<Tokenizer>), EngineError> {
-    let load_error = |reason: String| EngineError::Load { path: path.display().to_string(), reason };
-    let backend = backend().map_err(load_error)?;
-    let params = llama_cpp_2::model::params::LlamaModelParams::default().with_vocab_only(true);
-    let model = LlamaModel::load_from_file(backend, path, &params).map_err(|err| load_error(err.to_string()))?;
-    let model = Arc::new(model);
-    let config = EngineConfig { model_path: path.to_path_buf(), ..EngineConfig::default() };
-    let info = model_info(&model, &config, model.n_ctx_train(), 1)?;
-    Ok((info, Arc::new(Tokenizer::new(model))))
-}
-
-fn model_info(
-    model: &LlamaModel,
-    config: &EngineConfig,
-    n_ctx: u32,
-    n_parallel: u32,
-) -> Result<ModelInfo, EngineError> {
-    let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
-    let gguf_template = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
-    let vocab = model.vocab();
-    let token_text = |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned();
-    let template = ChatTemplate::for_model(
-        gguf_template.as_deref(),
-        &architecture,
-        &token_text(vocab.bos()),
-        &token_text(vocab.eos()),
-    )
-    .map_err(|err| EngineError::Load {
-        path: config.model_path.display().to_string(),
-        reason: format!("its chat template does not compile: {err}"),
-    })?;
-    let id = config
-        .model_path
-        .file_name()
-        .map(|name| name.to_string_lossy().trim_end_matches(".gguf").to_string())
-        .unwrap_or_default();
-    Ok(ModelInfo {
-        id,
-        path: config.model_path.clone(),
-        architecture,
-        n_ctx,
-        n_ctx_train: model.n_ctx_train(),
-        n_parallel,
-        n_params: model.n_params(),
-        size_bytes: model.size(),
-        format: ChatFormat::new(template),
-    })
 }
 
 /// A request waiting for a free slot.

@@ -3,7 +3,10 @@
 //!
 //! Code map:
 //! - [`engine`]: the handle the rest of the server holds (start, submit, stats).
-//! - `executor`: the engine thread: model loading and the batch executor.
+//! - [`protocol`]: what the handle, the engine thread and an upstream fleet
+//!   speak: requests, events, counters, commands.
+//! - `load`: llama.cpp's backend, model and context parameters, a GGUF's facts.
+//! - `executor`: the engine thread: the batch executor.
 //! - [`prefix`]: which cached KV prefix a new prompt can reuse.
 //! - `cells`: which KV cells are in use when sequences share them.
 //! - `saved_prefix`: the shared prefix saved to disk across restarts.
@@ -26,7 +29,9 @@ pub mod error;
 mod executor;
 pub mod format;
 mod grammar;
+mod load;
 pub mod prefix;
+pub mod protocol;
 pub mod remote;
 mod repeat;
 pub mod sampling;
@@ -38,15 +43,17 @@ mod tokenizer;
 pub mod tool_calls;
 
 pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
-pub use engine::{
-    at_idle_priority, Engine, EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent,
-    ModelInfo, Submitted, Timings, BATCH_SIZE, LARGE_PROMPT_BYTES,
-};
+pub use engine::{at_idle_priority, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
-pub use executor::context_params;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
+pub use load::context_params;
 pub use prefix::{MAX_PARKED_TOKENS_PER_CTX, MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
-pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode, UpstreamStats};
+pub use protocol::UpstreamStats;
+pub use protocol::{
+    EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted, Timings,
+    BATCH_SIZE,
+};
+pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 pub use sampling::SamplingParams;
 /// The signing key's name in a `--prefix-cache` folder.
 pub use saved_prefix::KEY_FILE as PREFIX_KEY_FILE;

@@ -15,9 +15,9 @@ use serde::Deserialize;
 use skillhost_actors::chat_loop::{
     LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
-use skillhost_actors::sandbox::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
+use skillhost_actors::workspace::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
 use skillhost_engine::{EngineConfig, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 

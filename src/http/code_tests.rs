@@ -15,9 +15,9 @@ use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 use skillhost_actors::model::ModelSource;
 use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
-use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
 

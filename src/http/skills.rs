@@ -10,9 +10,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+use skillhost_actors::path_guard;
 use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
 use skillhost_actors::skills::outcomes::{Counts, Outcome};
-use skillhost_actors::skills::{path_guard, Changes, FileKind, Origin, Skill, Snapshot};
+use skillhost_actors::skills::{Changes, FileKind, Origin, Skill, Snapshot};
 use skillhost_actors::SkillsHandle;
 use tokio::io::AsyncWriteExt;
 

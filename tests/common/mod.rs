@@ -14,10 +14,10 @@ use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore, ArtifactStoreAc
 use skillhost_actors::sandbox::actor::{SandboxActor, SandboxMsg};
 use skillhost_actors::sandbox::cgroups::Cgroups;
 use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
-use skillhost_actors::sandbox::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::sandbox::ExecSettings;
+use skillhost_actors::tools::workspace_actor::{self, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use skillhost_actors::tools::{Answer, CodeCall, Tool, ToolError};
-use skillhost_actors::workspace::actor::{self, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
+use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::{Workspace, WorkspaceOptions};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_skillhost");
@@ -89,7 +89,7 @@ impl Harness {
     pub async fn call(&self, workspace: &ActorRef<WorkspaceMsg>, tool: Tool, args: Value) -> Result<Answer, ToolError> {
         let call = CodeCall::Tool { tool, args: args.as_object().unwrap().clone() };
         let target = ArtifactsFor { store: self.artifacts.clone(), run_id: "run-trust".into() };
-        actor::call(workspace, call, Some(self.sandbox.clone()), Some(target)).await
+        workspace_actor::call(workspace, call, Some(self.sandbox.clone()), Some(target)).await
     }
 
     /// The text the model reads, success or not.

@@ -20,11 +20,12 @@ use skillhost_engine::{ChatMessage, Role, Timings, ToolChoice};
 use tokio::sync::mpsc;
 
 use super::{LoopActor, LoopArgs, LoopMsg, LoopState, MultiAgent};
+use crate::request::AGENT_MARK;
 use crate::request::{AgentPhase, AgentUpdate, ChatError, ChatEvent, ChatFinish, ChatRequest};
 use crate::task::AbortOnDrop;
 use crate::tools::agents::AgentOp;
+use crate::tools::workspace_actor::WorkspaceMsg;
 use crate::tools::Tool;
-use crate::workspace::actor::WorkspaceMsg;
 
 /// Children one request may start, counted over its whole tree: each is a
 /// generation of its own on the engine.
@@ -46,9 +47,6 @@ pub const AGENT_WALL_TIME: Duration = Duration::from_secs(300);
 pub const MAX_QUEUED_INPUTS: usize = 8;
 /// Bytes of a report the parent reads; the rest is cut with a note.
 pub const MAX_REPORT_BYTES: usize = 16 * 1024;
-/// How a child's first message tells it who it is (the scripted model
-/// reads it to know which agent a prompt is for).
-pub const AGENT_MARK: &str = "[You are agent ";
 /// Characters of a task or step shown in the activity line.
 const DETAIL_CHARS: usize = 120;
 

@@ -27,6 +27,7 @@
 use serde_json::Value;
 use skillhost_engine::{ChatMessage, Role, ToolCall, ToolDef};
 
+use crate::request::ContextParts;
 use crate::skills::prompt::BYTES_PER_TOKEN;
 use crate::skills::Snapshot;
 
@@ -48,48 +49,6 @@ pub const RESULT_NOTE: &str = "[Result left out to save context:";
 pub const BODY_NOTE: &str = "[Instructions unloaded to save context:";
 /// How the note on left-out turns begins, at the end of the system text.
 pub const HISTORY_NOTE: &str = "[Earlier turns left out to fit the context:";
-
-/// What a prompt spends its tokens on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ContextParts {
-    /// The caller's system text and the server's fixed guidance.
-    pub system: usize,
-    /// The skills block (catalog, selected skills, rules).
-    pub skills: usize,
-    /// Tool declarations.
-    pub tools: usize,
-    /// Skill instructions the model loaded with `skills_read`.
-    pub skill_bodies: usize,
-    /// Results of the other tool calls.
-    pub tool_results: usize,
-    /// The rest of the conversation: user and assistant turns.
-    pub history: usize,
-}
-
-impl ContextParts {
-    pub fn total(&self) -> usize {
-        self.system + self.skills + self.tools + self.skill_bodies + self.tool_results + self.history
-    }
-
-    /// The parts scaled so they add up to `tokens` (the prompt's real
-    /// count; the parts are measured in bytes, and the template's own
-    /// markup is spread over them).
-    pub fn scaled_to(&self, tokens: usize) -> ContextParts {
-        let total = self.total().max(1);
-        let scale = |part: usize| part * tokens / total;
-        let mut out = ContextParts {
-            system: scale(self.system),
-            skills: scale(self.skills),
-            tools: scale(self.tools),
-            skill_bodies: scale(self.skill_bodies),
-            tool_results: scale(self.tool_results),
-            history: scale(self.history),
-        };
-        // Rounding down loses a few tokens; they belong to the history.
-        out.history += tokens.saturating_sub(out.total());
-        out
-    }
-}
 
 /// Whether a prompt of `tokens` stays within the high-water mark of a
 /// context of `n_ctx`.

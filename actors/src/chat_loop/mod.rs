@@ -22,8 +22,9 @@ use skillhost_engine::{ChatMessage, EngineError, GenerationEvent, Role, Timings,
 use tokio::sync::mpsc;
 
 use crate::artifacts::Artifacts;
+use crate::conversations::Conversations;
 use crate::model::ModelBackend;
-use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, RoundStats, Usage};
+use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, ContextParts, RoundStats, Usage};
 use crate::sandbox::actor::SandboxMsg;
 use crate::sandbox::ExecRuntime;
 use crate::skills::outcomes::{Outcome, SkillOutcomes, TurnSkills};
@@ -33,10 +34,8 @@ use crate::tools::agents::AgentOp;
 use crate::tools::allowed::Allowed;
 use crate::tools::router::Answered;
 use crate::tools::skills::ToolContext;
-use crate::workspace::actor::{self as workspace_actor, WorkspaceMsg};
-use crate::workspace::conversations::Conversations;
+use crate::tools::workspace_actor::{self as workspace_actor, WorkspaceMsg};
 use agents::{AgentLimits, AgentStats, Agents, ChildSeat};
-use budget::ContextParts;
 use output::RoundOutput;
 use round::{chat_error, finish, finish_round, start_round, start_tools, tools_answered, Next};
 
@@ -48,8 +47,6 @@ pub const DEFAULT_CODE_ROUNDS: u32 = 24;
 /// The range `--skills-max-rounds` accepts.
 pub const MIN_ROUNDS: u32 = 1;
 pub const MAX_ROUNDS: u32 = 64;
-/// Who makes the calls in a request without sub-agents.
-pub const ROOT_AGENT: &str = "/root";
 /// How long a turn may run unless the operator says otherwise: long enough
 /// for 24 rounds with a minute-long command in each, short enough that a
 /// looping model does not hold a slot for good.

@@ -20,7 +20,7 @@ use crate::skills::prompt;
 use crate::task::AbortOnDrop;
 use crate::tools::agents::AgentDesk;
 use crate::tools::router::ToolRunner;
-use crate::workspace::actor::ArtifactsFor;
+use crate::tools::workspace_actor::ArtifactsFor;
 
 pub(super) fn chat_error(err: EngineError) -> ChatError {
     match err {

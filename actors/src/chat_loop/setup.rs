@@ -10,19 +10,18 @@ use std::sync::Arc;
 use ractor::{Actor, ActorRef};
 
 use super::agents::{self, AgentTree, Agents};
-use super::budget::ContextParts;
 use super::output::{self, RoundOutput};
-use super::{LoopArgs, LoopMsg, LoopState, Progress, Prompt, SkillUse, Tasks, Workbench, WorkspaceRef, ROOT_AGENT};
-use crate::request::Usage;
+use super::{LoopArgs, LoopMsg, LoopState, Progress, Prompt, SkillUse, Tasks, Workbench, WorkspaceRef};
+use crate::conversations::{Conversations, RECLAIM_IDLE_AFTER};
+use crate::request::{ContextParts, Usage, ROOT_AGENT};
 use crate::sandbox::actor::SandboxActor;
 use crate::sandbox::ExecRuntime;
 use crate::skills::outcomes::{SkillEvent, TurnSkills};
 use crate::skills::prompt::{self, PromptOptions};
 use crate::tools::allowed::Allowed;
 use crate::tools::skills::{self as skill_tools, ToolContext};
+use crate::tools::workspace_actor::WorkspaceActor;
 use crate::tools::{self};
-use crate::workspace::actor::WorkspaceActor;
-use crate::workspace::conversations::{Conversations, RECLAIM_IDLE_AFTER};
 use crate::workspace::Workspace;
 
 /// Opens the request's workspace actor: its conversation's (made on the

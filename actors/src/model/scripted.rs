@@ -35,7 +35,7 @@ pub struct ScriptedOutput {
 impl From<String> for ScriptedOutput {
     fn from(text: String) -> Self {
         ScriptedOutput {
-            agent: crate::chat_loop::ROOT_AGENT.into(),
+            agent: crate::request::ROOT_AGENT.into(),
             text,
             delay: std::time::Duration::ZERO,
             panic: false,
@@ -45,14 +45,14 @@ impl From<String> for ScriptedOutput {
 
 /// The agent a prompt is for: a child's first message names it.
 fn agent_of(prompt: &str) -> String {
-    let mark = crate::chat_loop::agents::AGENT_MARK;
+    let mark = crate::request::AGENT_MARK;
     match prompt.rfind(mark) {
         Some(at) => prompt[at + mark.len()..]
             .split(|c: char| !(c == '/' || c.is_ascii_alphanumeric()))
             .next()
             .unwrap_or_default()
             .to_string(),
-        None => crate::chat_loop::ROOT_AGENT.into(),
+        None => crate::request::ROOT_AGENT.into(),
     }
 }
 

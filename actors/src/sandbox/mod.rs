@@ -10,11 +10,11 @@ pub mod ca;
 pub mod cgroups;
 pub mod doctor;
 pub mod egress;
+pub mod installs;
 pub mod interpreters;
 pub mod launch;
 pub mod private_net;
 pub mod profile;
-pub mod uids;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub struct ExecSettings {
     /// the network.
     pub proxy_env: Vec<(String, String)>,
     /// Installs the host performs for the model (`--code-exec-allow-install`).
-    pub install: Option<Arc<crate::tools::install::InstallSettings>>,
+    pub install: Option<Arc<installs::InstallSettings>>,
     /// The CA snapshot networked runs read (`--ca-bundle`), a file of the
     /// server's own.
     pub ca_bundle: Option<PathBuf>,

@@ -14,9 +14,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::path_guard;
 use super::registry::{skip_set, Snapshot};
 use super::skill::{load_skill, Origin};
+use crate::path_guard;
 
 /// Largest decompressed size of one entry.
 pub const MAX_ENTRY_BYTES: u64 = 64 * 1024 * 1024;

@@ -6,7 +6,6 @@ pub mod actor;
 pub mod install;
 pub mod manifest;
 pub mod outcomes;
-pub mod path_guard;
 pub mod prompt;
 pub mod registry;
 pub mod roots;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use globset::GlobSet;
 
 use super::manifest::{parse_manifest, Manifest};
-use super::path_guard;
+use crate::path_guard;
 
 /// Largest SKILL.md that is parsed.
 pub const MAX_SKILL_MD_BYTES: u64 = 4 * 1024 * 1024;

@@ -28,42 +28,9 @@ pub const MAX_AUTO_INSTALLS: usize = 5;
 pub const MAX_REQUIREMENTS_BYTES: u64 = 64 * 1024;
 /// Lines of a failed install's output kept in the result.
 pub const INSTALL_OUTPUT_LINES: usize = 20;
-/// Where the installer fetches from when the operator names nothing else.
-pub const DEFAULT_PYTHON_INDEX: &str = "https://pypi.org/simple";
-pub const DEFAULT_NPM_REGISTRY: &str = "https://registry.npmjs.org/";
-/// The hosts the installer may reach by default: the index, where its
-/// files are served, and the npm registry.
-pub const DEFAULT_INSTALL_DOMAINS: [&str; 3] = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org"];
-
-/// How the host installs on this server.
-#[derive(Debug, Clone)]
-pub struct InstallSettings {
-    /// `--code-exec-allow-install`: with it off every recognised install is
-    /// refused with one sentence naming the flag.
-    pub allowed: bool,
-    /// `--code-exec-packages`, normalised; empty allows any valid name.
-    pub packages: Vec<String>,
-    pub python_index: String,
-    pub npm_registry: String,
-    /// The install proxy: the one way out of the installer's own network.
-    /// `None` runs the installer with no network at all.
-    pub proxy: Option<crate::sandbox::egress::Egress>,
-    /// The npm the host runs; `None` where the host has none.
-    pub npm: Option<std::path::PathBuf>,
-}
-
-impl Default for InstallSettings {
-    fn default() -> Self {
-        InstallSettings {
-            allowed: false,
-            packages: Vec::new(),
-            python_index: DEFAULT_PYTHON_INDEX.into(),
-            npm_registry: DEFAULT_NPM_REGISTRY.into(),
-            proxy: None,
-            npm: None,
-        }
-    }
-}
+pub use crate::sandbox::installs::{
+    InstallSettings, DEFAULT_INSTALL_DOMAINS, DEFAULT_NPM_REGISTRY, DEFAULT_PYTHON_INDEX,
+};
 
 /// Which installer a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,21 +24,19 @@ pub mod skills_list;
 pub mod skills_read;
 pub mod skills_run;
 pub mod syntax;
+pub mod workspace_actor;
 pub mod write_file;
 
 use ractor::ActorRef;
 use serde_json::{Map, Value};
 use skillhost_engine::ToolDef;
 
-use crate::artifacts::Artifact;
+use crate::request::Artifact;
 use crate::sandbox::actor::SandboxMsg;
 use crate::workspace::{FsError, Workspace};
 use skills_run::ScriptCall;
 
-/// Most bytes of one file the file tools load into the server: `apply_patch`
-/// and `edit_file` refuse a larger file with a sentence, and `read_file`
-/// reads no further into one. A 500 MB file of newlines costs no more.
-pub const FILE_TOOL_MAX_BYTES: u64 = 8 * 1024 * 1024;
+pub use crate::workspace::FILE_TOOL_MAX_BYTES;
 
 /// Every tool the server answers itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

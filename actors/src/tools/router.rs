@@ -20,8 +20,8 @@ use crate::skills::outcomes::{SkillEvent, SkillOutcomes};
 use crate::tools::agents::AgentDesk;
 use crate::tools::allowed::Allowed;
 use crate::tools::skills::{self as skill_tools, ToolContext};
+use crate::tools::workspace_actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
-use crate::workspace::actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
 use crate::workspace::Workspace;
 
 /// Skill tool calls answered per round; a model emitting more is
@@ -70,7 +70,7 @@ impl ToolRunner {
         let _ = self.events.send(event);
     }
 
-    fn progress(&self, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::artifacts::Artifact>) {
+    fn progress(&self, phase: ToolPhase, tool: &str, detail: &str, files: Vec<crate::request::Artifact>) {
         let detail: String = detail.chars().take(120).collect();
         self.emit(ChatEvent::ToolProgress(ToolProgress {
             agent_id: self.agent_id.clone(),

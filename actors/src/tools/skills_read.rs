@@ -10,7 +10,7 @@ use skillhost_engine::ToolDef;
 
 use super::skills::{failed, named_skill, skill_parameter, text_arg, ToolContext};
 use super::Answer;
-use crate::skills::path_guard::{self, PathError};
+use crate::path_guard::{self, PathError};
 use crate::skills::prompt::file_index;
 use crate::skills::skill::{FileKind, Skill};
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 use super::shell::format_run;
 use super::skills::{failed, named_skill, skill_parameter, text_arg, ToolContext};
 use super::{args, Answer, CodeContext, ToolError};
+use crate::path_guard;
 use crate::sandbox::actor::{self, Job, Purpose};
-use crate::skills::path_guard;
 use crate::skills::skill::Skill;
 
 /// A skill script's deadline.

@@ -25,8 +25,8 @@
 use std::collections::BTreeMap;
 
 use super::handle::{DirHandle, FsError, Kind};
-use crate::skills::path_guard;
-use crate::tools::FILE_TOOL_MAX_BYTES;
+use super::FILE_TOOL_MAX_BYTES;
+use crate::path_guard;
 
 /// Lines of real file content shown around a failed match.
 const MISS_CONTEXT_LINES: usize = 6;

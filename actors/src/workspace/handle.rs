@@ -35,7 +35,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
-use crate::skills::path_guard;
+use crate::path_guard;
 
 /// Most entries [`DirHandle::changed_files`] looks at, so a command that made
 /// a million empty files cannot make the server walk them all.

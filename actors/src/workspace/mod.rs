@@ -1,18 +1,22 @@
 //! Workspaces: the private folders code tools and commands work in, the
 //! one handle the server reaches into them with, and the actor that owns one.
 
-pub mod actor;
 pub mod apply_patch;
-pub mod conversations;
 pub mod handle;
+pub mod uids;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rand::distr::{Alphanumeric, SampleString};
 
-use crate::sandbox::uids::{UidLease, UidPool};
+use crate::workspace::uids::{UidLease, UidPool};
 pub use handle::{DirHandle, FsError};
+
+/// Most bytes of one file the file tools load into the server: `apply_patch`
+/// and `edit_file` refuse a larger file with a sentence, and `read_file`
+/// reads no further into one. A 500 MB file of newlines costs no more.
+pub const FILE_TOOL_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Largest a workspace may grow when no other size is configured.
 pub const DEFAULT_WORKSPACE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
@@ -191,7 +195,7 @@ impl Drop for Workspace {
         // Processes still running as the workspace's uid go first, so
         // nothing writes while the folder is removed.
         if let Some(lease) = &self.lease {
-            crate::sandbox::uids::kill_processes_of(lease.uid());
+            crate::workspace::uids::kill_processes_of(lease.uid());
         }
         if self.mounted {
             // The whole tmpfs goes with the mount; MNT_DETACH so a process

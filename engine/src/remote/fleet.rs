@@ -9,12 +9,13 @@
 //! below its concurrency limit; a request without a key goes to the least
 //! loaded one.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::chat::{ChatMessage, Role};
 use crate::error::EngineError;
+pub use crate::protocol::UpstreamStats;
 
 use super::wire::Dialect;
 use super::{Routing, UpstreamConfig, UpstreamMode};
@@ -29,31 +30,6 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// How often a request waiting for a free upstream looks at its client.
 const WAIT_TICK: Duration = Duration::from_millis(500);
-
-/// Live counters of one upstream, read by `/metrics`.
-#[derive(Debug, Default)]
-pub struct UpstreamStats {
-    pub url: String,
-    pub up: AtomicBool,
-    pub in_flight: AtomicUsize,
-    /// Requests sent to it.
-    pub requests: AtomicU64,
-    /// Requests it failed (refused connections, 5xx, broken streams).
-    pub errors: AtomicU64,
-    /// Requests that went on to another upstream after this one failed
-    /// before their first token.
-    pub retried: AtomicU64,
-    /// `429`/`503` answers that asked for a pause.
-    pub backpressure: AtomicU64,
-    /// Requests with a conversation key that went to the key's home here.
-    pub affinity_hits: AtomicU64,
-    /// Requests whose home was this upstream but that went elsewhere
-    /// (down, paused or full).
-    pub affinity_misses: AtomicU64,
-    /// Time to first token, summed over requests, in microseconds.
-    pub first_token_us: AtomicU64,
-    pub first_tokens: AtomicU64,
-}
 
 /// One upstream server and what is known about it.
 pub(crate) struct Upstream {

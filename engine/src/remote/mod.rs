@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::{EngineStats, GenerateRequest, GenerationEvent, ModelInfo, Submitted, DEFAULT_MAX_CTX};
 use crate::error::EngineError;
 use crate::format::ChatFormat;
+use crate::protocol::{EngineStats, GenerateRequest, GenerationEvent, ModelInfo, Submitted, DEFAULT_MAX_CTX};
 use crate::sampling::CompiledGrammar;
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
@@ -151,7 +151,7 @@ impl Remote {
         let probe_agent = agent_for_probes();
         let fleet = Arc::new(Fleet::new(config.upstreams.clone(), config.routing));
         let local = match &config.template_from {
-            Some(path) => Some(crate::executor::vocabulary(path)?),
+            Some(path) => Some(crate::load::vocabulary(path)?),
             None => None,
         };
         let deadline = Instant::now() + START_TIMEOUT;

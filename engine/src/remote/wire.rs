@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice};
-use crate::engine::{FinishReason, GenerateRequest, Timings};
+use crate::protocol::{FinishReason, GenerateRequest, Timings};
 use crate::sampling::CompiledGrammar;
 
 /// The longest line of an upstream's event stream accepted; a longer one

@@ -14,11 +14,11 @@ use std::time::{Duration, SystemTime};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::Workspace;
 use crate::artifacts::{Artifacts, PRIVATE};
 use crate::sandbox::actor::SandboxMsg;
 use crate::tools::shell::ShellMemory;
 use crate::tools::{self, Answer, CodeCall, CodeContext, ToolError};
+use crate::workspace::Workspace;
 
 pub struct WorkspaceActor;
 

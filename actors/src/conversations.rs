@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
 
-use super::actor::WorkspaceMsg;
+use crate::tools::workspace_actor::WorkspaceMsg;
 
 /// A conversation is forgotten (and its folder deleted) after this long
 /// without a request.
@@ -232,7 +232,8 @@ mod tests {
         for _ in 0..3 {
             let id = conversations.resume_or_start(None, "a");
             let workspace = crate::workspace::Workspace::create(base.path(), &Default::default()).unwrap();
-            let (actor, _) = ractor::Actor::spawn(None, super::super::actor::WorkspaceActor, workspace).await.unwrap();
+            let (actor, _) =
+                ractor::Actor::spawn(None, crate::tools::workspace_actor::WorkspaceActor, workspace).await.unwrap();
             conversations.attach(&id, actor);
             ids.push(id);
         }
