@@ -38,9 +38,7 @@ use tokio::sync::mpsc;
 use crate::cells::CellLedger;
 use crate::error::EngineError;
 use crate::load::{backend, context_params, model_info, model_params};
-use crate::prefix::{
-    common_prefix, destination_rank, parked_to_drop, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS,
-};
+use crate::prefix::{common_prefix, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::protocol::{
     set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
     Submitted, Timings, BATCH_SIZE, DEFAULT_MAX_CTX,
@@ -48,6 +46,7 @@ use crate::protocol::{
 use crate::repeat::{RepeatWatch, Watched};
 use crate::sampling::{CompiledGrammar, Sampler};
 use crate::saved_prefix::SavedPrefix;
+use crate::schedule::{self, Admission, Cache, Candidate, Placement, SlotView};
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
 
@@ -400,7 +399,7 @@ impl<'m> Executor<'m> {
 
     /// Parks every idle slot that still has cells, except `spared` and the
     /// shared-prefix sequence (which running requests copy from), then drops
-    /// the oldest parked states past [`crate::prefix::MAX_PARKED_TOKENS_PER_CTX`].
+    /// the oldest parked states past [`schedule::MAX_PARKED_TOKENS_PER_CTX`].
     fn park_idle(&mut self, spared: &[usize]) {
         for (index, slot) in self.slots.iter_mut().enumerate() {
             if slot.active.is_some() || slot.keeps_prefix || slot.cells.is_empty() || spared.contains(&index) {
@@ -416,7 +415,7 @@ impl<'m> Executor<'m> {
             .filter(|&i| self.slots[i].parked.is_some())
             .map(|i| (i, self.slots[i].cache.len(), self.slots[i].last_used))
             .collect();
-        for index in parked_to_drop(&parked, self.n_ctx) {
+        for index in schedule::parked_to_drop(&parked, self.n_ctx) {
             let slot = &mut self.slots[index];
             slot.parked = None;
             slot.cache.clear();
@@ -439,86 +438,80 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Moves queued requests into free slots. Each goes to the free slot that
-    /// loses the least of what it caches (a conversation's next turn to its
-    /// own slot, a new conversation to an empty one), and takes the longest
-    /// prefix of its prompt that any sequence holds, copied when another
-    /// sequence holds more of it than that slot.
-    fn admit(&mut self) {
-        let mut position = 0;
-        while let Some(queued) = self.queue.get(position) {
-            let free: Vec<usize> = (0..self.slots.len())
-                .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].keeps_prefix)
-                .collect();
-            if free.is_empty() {
-                return;
-            }
-            // Reuse measured by tokens and by text; see `prefix`.
-            let reuse: Vec<usize> = self
-                .slots
-                .iter()
-                .map(|slot| {
+    /// What the scheduler knows of each slot, with its reuse of `queued`'s
+    /// prompt (by tokens or by text, see `prefix`) when one is being placed.
+    fn slot_views(&self, queued: Option<&Queued>) -> Vec<SlotView> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                let reuse = queued.map_or(0, |queued| {
                     let by_tokens = common_prefix(slot.cache.tokens(), &queued.tokens);
                     let by_text = slot.cache.text_match(queued.text.as_bytes()).0;
                     by_tokens.max(by_text)
-                })
-                .collect();
-            if self.sharing && self.waits_for_prefill(&queued.tokens, reuse.iter().copied().max().unwrap_or(0)) {
-                // Its prefix is being decoded for another request right now:
-                // it takes the copy once that is done, and those behind it
-                // may go first.
-                position += 1;
-                continue;
-            }
-            let chosen = if self.sharing {
-                free.iter().copied().min_by_key(|&i| {
-                    let slot = &self.slots[i];
-                    destination_rank(slot.cache.len(), reuse[i], slot.prompt_end, slot.last_used)
-                })
-            } else {
-                free.iter().copied().max_by_key(|&i| (reuse[i], std::cmp::Reverse(self.slots[i].last_used)))
-            };
-            let Some(best) = chosen else { return };
-            // A copy pays from MIN_SHARED_PREFIX_TOKENS on: a few tokens (a
-            // template's opening) are cheaper to decode, and decoded here
-            // they leave a short prompt's answer independent of whatever
-            // other conversations happen to be cached.
-            let donor = if self.sharing {
-                (0..self.slots.len())
-                    .filter(|&i| i != best)
-                    .max_by_key(|&i| reuse[i])
-                    .filter(|&i| reuse[i] >= reuse[best] + MIN_SHARED_PREFIX_TOKENS)
-            } else {
-                None
-            };
-            // Active sequences plus this prompt must fit the shared context;
-            // idle caches are evicted for it, oldest first. Cells copied from
-            // an active sequence are already counted.
+                });
+                let step_cells = slot
+                    .active
+                    .as_ref()
+                    .map_or(0, |a| schedule::step_cells(a.next.is_some(), a.prompt_pending.len() - a.prompt_decoded));
+                SlotView {
+                    active: slot.active.is_some(),
+                    keeps_prefix: slot.keeps_prefix,
+                    cached: slot.cache.len(),
+                    cells: slot.cells.len(),
+                    prompt_end: slot.prompt_end,
+                    last_used: slot.last_used,
+                    reuse,
+                    step_cells,
+                }
+            })
+            .collect()
+    }
+
+    /// Moves queued requests into free slots, in queue order, as
+    /// [`schedule::admit`] decides: a request whose prefix is being
+    /// prefilled for another lets those behind it go first.
+    fn admit(&mut self) {
+        let mut position = 0;
+        while let Some(queued) = self.queue.get(position) {
+            let views = self.slot_views(Some(queued));
+            let candidate =
+                Candidate { prompt: queued.tokens.len(), shared_in_prefill: self.shared_in_prefill(&queued.tokens) };
             let active = self.slots.iter().filter(|s| s.active.is_some());
-            let active_used = self.ledger.union(active.map(|s| s.cells.as_slice()));
-            let shared_with_active = donor.filter(|&d| self.slots[d].active.is_some()).map_or(0, |d| reuse[d]);
-            let busy = self.slots.iter().any(|s| s.active.is_some());
-            if busy && active_used + queued.tokens.len() - shared_with_active + 1 > self.n_ctx {
-                return;
+            let cache = Cache {
+                n_ctx: self.n_ctx,
+                active_cells: self.ledger.union(active.map(|s| s.cells.as_slice())),
+                sharing: self.sharing,
+            };
+            match schedule::admit(&views, candidate, cache) {
+                Admission::Start(Placement { slot, donor }) => {
+                    let Some(queued) = self.queue.remove(position) else { return };
+                    self.start(slot, donor, queued);
+                }
+                Admission::Wait => position += 1,
+                Admission::Full => return,
             }
-            let Some(queued) = self.queue.remove(position) else { return };
-            self.start(best, donor, queued);
         }
     }
 
-    /// Whether a prompt shares with a prompt still being prefilled at least
-    /// [`MIN_SHARED_PREFIX_TOKENS`] more than any cache holds now. Such a
-    /// prompt (children an agent started together, a burst of requests
-    /// with one system prompt) waits for that prefill and copies the
-    /// prefix, instead of decoding the same tokens beside it.
-    fn waits_for_prefill(&self, tokens: &[LlamaToken], reuse_now: usize) -> bool {
-        self.slots.iter().any(|slot| {
-            let Some(active) = slot.active.as_ref().filter(|a| !a.prompt_pending.is_empty()) else { return false };
-            let held = slot.cache.len();
-            let kept = common_prefix(slot.cache.tokens(), tokens);
-            let shared = if kept < held { kept } else { held + common_prefix(&active.prompt_pending, &tokens[held..]) };
-            shared >= reuse_now + MIN_SHARED_PREFIX_TOKENS
-        })
+    /// The most tokens a prompt shares with a prompt still being
+    /// prefilled, counting what that slot already holds. A prompt that
+    /// shares enough (children an agent started together, a burst of
+    /// requests with one system prompt) waits for that prefill and copies
+    /// the prefix, instead of decoding the same tokens beside it.
+    fn shared_in_prefill(&self, tokens: &[LlamaToken]) -> usize {
+        if !self.sharing {
+            return 0;
+        }
+        self.slots
+            .iter()
+            .filter_map(|slot| {
+                let active = slot.active.as_ref().filter(|a| !a.prompt_pending.is_empty())?;
+                let held = slot.cache.len();
+                let kept = common_prefix(slot.cache.tokens(), tokens);
+                Some(if kept < held { kept } else { held + common_prefix(&active.prompt_pending, &tokens[held..]) })
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Starts a request in slot `index`, reusing what that slot caches or,
@@ -728,20 +721,9 @@ impl<'m> Executor<'m> {
     /// Makes sure the cells this step needs are free: idle caches go first;
     /// a sequence that would outgrow the context ends with `length`.
     fn make_room(&mut self) {
-        let needed: usize = self
-            .slots
-            .iter()
-            .filter_map(|s| s.active.as_ref())
-            .map(|a| {
-                if a.next.is_some() {
-                    1
-                } else {
-                    (a.prompt_pending.len() - a.prompt_decoded).min(BATCH_SIZE as usize)
-                }
-            })
-            .sum();
-        if self.kv_used() + needed > self.n_ctx {
-            self.evict_idle(self.kv_used() + needed - self.n_ctx);
+        let short = schedule::cells_short(&self.slot_views(None), self.kv_used(), self.n_ctx);
+        if short > 0 {
+            self.evict_idle(short);
         }
         for index in 0..self.slots.len() {
             let full =
@@ -752,16 +734,12 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Clears idle caches, oldest first and the shared prefix last, until
-    /// `cells` are freed. Returns whether anything was freed (cells shared
-    /// with a running sequence stay).
+    /// Clears idle caches in [`schedule::eviction_order`] until `cells` are
+    /// freed. Returns whether anything was freed (cells shared with a
+    /// running sequence stay).
     fn evict_idle(&mut self, cells: usize) -> bool {
-        let mut idle: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].cells.is_empty())
-            .collect();
-        idle.sort_by_key(|&i| (self.slots[i].keeps_prefix, self.slots[i].last_used));
         let mut freed = 0;
-        for i in idle {
+        for i in schedule::eviction_order(&self.slot_views(None)) {
             if freed >= cells {
                 break;
             }
@@ -771,9 +749,7 @@ impl<'m> Executor<'m> {
     }
 
     fn end_youngest_for_room(&mut self) {
-        let youngest =
-            (0..self.slots.len()).filter(|&i| self.slots[i].active.is_some()).max_by_key(|&i| self.slots[i].last_used);
-        if let Some(index) = youngest {
+        if let Some(index) = schedule::youngest_active(&self.slot_views(None)) {
             self.finish(index, FinishReason::Length);
         }
     }

@@ -8,6 +8,7 @@
 //! - `load`: llama.cpp's backend, model and context parameters, a GGUF's facts.
 //! - `executor`: the engine thread: the batch executor.
 //! - [`prefix`]: which cached KV prefix a new prompt can reuse.
+//! - [`schedule`]: admission, slot choice and eviction, as pure functions.
 //! - `cells`: which KV cells are in use when sequences share them.
 //! - `saved_prefix`: the shared prefix saved to disk across restarts.
 //! - [`text`]: token bytes to text deltas, with stop strings.
@@ -36,6 +37,7 @@ pub mod remote;
 mod repeat;
 pub mod sampling;
 mod saved_prefix;
+pub mod schedule;
 pub mod schema_limits;
 pub mod template;
 pub mod text;
@@ -47,7 +49,7 @@ pub use engine::{at_idle_priority, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
 pub use load::context_params;
-pub use prefix::{MAX_PARKED_TOKENS_PER_CTX, MIN_SHARED_PREFIX_TOKENS, NEGLIGIBLE_TAIL_TOKENS};
+pub use prefix::MIN_SHARED_PREFIX_TOKENS;
 pub use protocol::UpstreamStats;
 pub use protocol::{
     EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted, Timings,
@@ -57,4 +59,5 @@ pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 pub use sampling::SamplingParams;
 /// The signing key's name in a `--prefix-cache` folder.
 pub use saved_prefix::KEY_FILE as PREFIX_KEY_FILE;
+pub use schedule::{MAX_PARKED_TOKENS_PER_CTX, NEGLIGIBLE_TAIL_TOKENS};
 pub use tool_calls::{arguments_object, CutCall, ParsedCall, ParsedOutput, ToolCallParser, ToolFamily};

@@ -16,56 +16,10 @@
 /// clean re-prefill is the correct answer rather than a cheaper wrong one.
 pub const MAX_REWIND_TOKENS: usize = 16;
 
-/// A new request takes the cached tokens of a free slot even when this many
-/// of them, at most, must be dropped from its end, rather than move to an
-/// empty slot: the end of a turn the template renders differently next time
-/// costs a few tokens, not a slot.
-pub const NEGLIGIBLE_TAIL_TOKENS: usize = 32;
 /// A prefix copied between sequences is kept by the shared-prefix sequence
 /// (and saved) only from this many tokens: shorter ones are a chat
 /// template's opening, cheaper to decode than to keep.
 pub const MIN_SHARED_PREFIX_TOKENS: usize = 64;
-
-/// Parked slots (idle caches moved to host memory) together keep at most
-/// this many contexts' worth of tokens: as much host memory as the KV cache
-/// itself takes, at this factor. Past it, the least recently used go.
-pub const MAX_PARKED_TOKENS_PER_CTX: usize = 1;
-
-/// Which parked slots to drop, given each as `(index, tokens, last_used)`,
-/// so the rest hold at most `n_ctx` × [`MAX_PARKED_TOKENS_PER_CTX`] tokens:
-/// the least recently used first.
-pub fn parked_to_drop(parked: &[(usize, usize, u64)], n_ctx: usize) -> Vec<usize> {
-    let limit = n_ctx * MAX_PARKED_TOKENS_PER_CTX;
-    let mut by_age = parked.to_vec();
-    by_age.sort_by_key(|&(_, _, last_used)| last_used);
-    let mut total: usize = parked.iter().map(|&(_, tokens, _)| tokens).sum();
-    let mut dropped = Vec::new();
-    for (index, tokens, _) in by_age {
-        if total <= limit {
-            break;
-        }
-        total -= tokens;
-        dropped.push(index);
-    }
-    dropped
-}
-
-/// How well a free slot suits a new prompt, best first in ascending order:
-/// fewest cached tokens lost, then most of the prompt already held, then
-/// used longest ago. `reuse` is how many of its `cached` tokens the prompt
-/// keeps; `prompt_end` is where the slot's last prompt ended. A prompt that
-/// keeps all of that prompt is the conversation's next turn, and a tail of up
-/// to [`NEGLIGIBLE_TAIL_TOKENS`] of its answer counts as nothing lost.
-pub fn destination_rank(
-    cached: usize,
-    reuse: usize,
-    prompt_end: usize,
-    last_used: u64,
-) -> (usize, std::cmp::Reverse<usize>, u64) {
-    let lost = cached - reuse.min(cached);
-    let lost = if reuse >= prompt_end { lost.saturating_sub(NEGLIGIBLE_TAIL_TOKENS) } else { lost };
-    (lost, std::cmp::Reverse(reuse), last_used)
-}
 
 /// The tokens in one slot's KV cache, in position order, with their text.
 #[derive(Debug, Clone)]
@@ -219,33 +173,6 @@ mod tests {
                 "cached {cached}, prompt {prompt}, common {common}"
             );
         }
-    }
-
-    #[test]
-    fn parked_states_are_dropped_oldest_first_past_the_limit() {
-        let n_ctx = 1000;
-        let limit = n_ctx * MAX_PARKED_TOKENS_PER_CTX;
-        // (index, tokens, last used): exactly at the limit, nothing goes.
-        let at = [(0, limit - 600, 5), (1, 600, 2)];
-        assert_eq!(parked_to_drop(&at, n_ctx), Vec::<usize>::new());
-        // One past: the least recently used goes, even if it is smaller.
-        let past = [(0, limit - 599, 5), (1, 600, 2)];
-        assert_eq!(parked_to_drop(&past, n_ctx), vec![1]);
-    }
-
-    #[test]
-    fn a_turn_keeps_its_slot_unless_that_loses_more_than_a_negligible_tail() {
-        let empty = destination_rank(0, 0, 0, 0);
-        // A conversation's slot (prompt of 400 tokens, then its answer),
-        // whose next prompt drops the last few tokens of the answer.
-        let own = |tail: usize| destination_rank(500 + tail, 500, 400, 9);
-        assert!(own(NEGLIGIBLE_TAIL_TOKENS) < empty);
-        assert!(own(NEGLIGIBLE_TAIL_TOKENS + 1) > empty);
-        // Another conversation that parts inside that prompt loses even a
-        // short tail: it goes to the empty slot (and copies the prefix).
-        assert!(destination_rank(410, 390, 400, 9) > empty);
-        // Between two slots that lose nothing, the one used longest ago.
-        assert!(destination_rank(0, 0, 0, 1) < destination_rank(0, 0, 0, 2));
     }
 
     #[test]
