@@ -95,7 +95,7 @@ async fn chat(mut config: ServeConfig, options: Options) -> ExitCode {
     // The session owns its selection (`/skill` changes it), so the server
     // applies none of its own.
     let selected = config.skills.as_mut().map(|s| std::mem::take(&mut s.selected)).unwrap_or_default();
-    let (server, _own_folders) = match crate::start_server(&config).await {
+    let (server, _own_folders) = match crate::setup::start_server(&config).await {
         Ok(started) => started,
         Err(err) => {
             eprintln!("error: {err}");

@@ -8,6 +8,7 @@
 //! - [`patch_cli`]: `skillhost apply-patch`, the patch tool outside a chat.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
 //! - [`sched`]: keeps the server's own threads from preempting decoding.
+//! - [`setup`]: the wiring `serve`, `chat` and the route tests share.
 //!
 //! The actors live in `skillhost-actors`, the model in `skillhost-engine`.
 
@@ -19,36 +20,25 @@ mod patch_cli;
 mod sandbox_cli;
 mod sandbox_exec;
 mod sched;
+mod setup;
 mod terminal;
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix_web::{web, App, HttpServer};
+use actix_web::{App, HttpServer};
 use clap::FromArgMatches;
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_actors::sandbox::helper_args::{self, HelperArgs};
+use skillhost_actors::ModelStatus;
 use tracing_subscriber::EnvFilter;
 
-use config::{
-    ChatArgs, Cli, Command, InstallConfig, ListSkillsArgs, LogFormat, SandboxModeArg, ServeArgs, ServeConfig,
-};
-use std::os::unix::fs::DirBuilderExt;
+use config::{ChatArgs, Cli, Command, ListSkillsArgs, LogFormat, ServeArgs, ServeConfig};
 use std::sync::Arc;
-
-use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
-use skillhost_actors::sandbox::egress::Egress;
-use skillhost_actors::sandbox::interpreters::{Interpreters, SEARCH_PATH};
-use skillhost_actors::sandbox::launch::SandboxMode;
-use skillhost_actors::sandbox::{ca, doctor};
-use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
-use skillhost_actors::tools::install::InstallSettings;
-use skillhost_actors::workspace::Workspace;
 
 /// Prints a command's report and exits 0 only when it says all went well;
 /// an error that kept it from running exits with `on_error`.
 #[allow(clippy::print_stderr, clippy::print_stdout)]
-fn report(result: Result<(String, bool), String>, on_error: ExitCode) -> ExitCode {
+fn report<E: std::fmt::Display>(result: Result<(String, bool), E>, on_error: ExitCode) -> ExitCode {
     match result {
         Ok((text, ok)) => {
             print!("{text}");
@@ -84,6 +74,25 @@ fn main() -> ExitCode {
         eprintln!("sandbox: {}", sandbox_exec::close_fds_and_exec(&raw[3..]));
         return ExitCode::from(sandbox_exec::SANDBOX_FAILURE);
     }
+    // The sandbox helper (started by the server, never by hand), before
+    // anything could start a thread: birdcage needs a single-threaded
+    // process. Its command line is `HelperArgs`, which the launcher renders.
+    if raw.get(1).is_some_and(|a| a == helper_args::SUBCOMMAND) {
+        let args = match HelperArgs::parse(raw[2..].iter().cloned()) {
+            Ok(args) => args,
+            Err(err) => {
+                eprintln!("sandbox-exec: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        return match sandbox_exec::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(err) => {
+                eprintln!("sandbox: {err}");
+                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            }
+        };
+    }
     let definition = config::command();
     let matches = definition.clone().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
@@ -91,15 +100,6 @@ fn main() -> ExitCode {
         Err(err) => err.exit(),
     };
     match cli.command {
-        // First, before anything could start a thread: birdcage needs a
-        // single-threaded process.
-        Command::SandboxExec(args) => match sandbox_exec::run(args) {
-            Ok(code) => ExitCode::from(code),
-            Err(err) => {
-                eprintln!("sandbox: {err}");
-                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
-            }
-        },
         Command::RunSandboxed(args) => run_sandboxed(args),
         Command::Doctor(args) => report(sandbox_cli::doctor(args), ExitCode::FAILURE),
         Command::ApplyPatch(args) => report(patch_cli::run(&args, std::io::stdin().lock()), ExitCode::from(2)),
@@ -259,153 +259,6 @@ fn init_logging_at(format: LogFormat, default: &str) {
     }
 }
 
-/// What process execution needs from start-up: the runtime shared by
-/// requests, the artifact store for the supervisor, and the folders this
-/// process made for itself (removed when the returned guards drop).
-type ExecSetup = (Option<Arc<ExecRuntime>>, Option<ArtifactStore>, Vec<sandbox_cli::OwnedDir>);
-
-/// Sets up process execution when code execution or skill scripts are on:
-/// the server's own folder, the helper, per-workspace uids, control groups,
-/// workspace size caps, and a trial run that decides what this host
-/// confines (logged, and named in every command result).
-async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, String> {
-    let exec = &config.exec;
-    if !exec.code_exec && !config.loop_settings.allow_exec {
-        return Ok((None, None, Vec::new()));
-    }
-    let (mut launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone())?;
-    let (base, own_folder) = sandbox_cli::own_folder(&exec.workspace_dir).map_err(|err| {
-        format!("--workspace-dir: cannot create the server's folder in {}: {err}", exec.workspace_dir.display())
-    })?;
-    let owned: Vec<sandbox_cli::OwnedDir> = profiles.into_iter().chain(std::iter::once(own_folder)).collect();
-    let workspace_base = base.join("workspaces");
-    let artifacts_base = base.join("artifacts");
-    // Workspaces: traversable by every sandbox uid, listable by none.
-    // Artifacts: the server's alone.
-    for (folder, mode) in [(&workspace_base, 0o711), (&artifacts_base, 0o700)] {
-        std::fs::DirBuilder::new()
-            .mode(mode)
-            .create(folder)
-            .map_err(|err| format!("--workspace-dir: cannot create {}: {err}", folder.display()))?;
-    }
-    let artifacts = ArtifactStore::new(&artifacts_base, ArtifactLimits::default())
-        .map_err(|err| format!("cannot create the artifact store: {err}"))?;
-    let setup = sandbox_cli::host_setup(
-        &launcher.profile_dir,
-        exec.uid_range,
-        exec.workspace_max_bytes,
-        exec.sandbox_memory,
-        &workspace_base,
-    );
-    if let Some(owner) = setup.probe_owner() {
-        if let Some(blocked) = skillhost_actors::workspace::unreachable_ancestor(&workspace_base, owner) {
-            return Err(format!(
-                "--workspace-dir: sandboxed commands (uids {}) cannot reach {} because {} is closed to them; choose a folder they can pass through (the default is the system temp folder)",
-                exec.uid_range,
-                workspace_base.display(),
-                blocked.display()
-            ));
-        }
-    }
-    launcher.cgroups = setup.cgroups.clone();
-    let scratch = Workspace::create(&workspace_base, &setup.workspaces)
-        .map_err(|err| format!("cannot create a scratch workspace: {err}"))?;
-    let mut checks = doctor::checks(&launcher, scratch.path(), scratch.owner()).await;
-    drop(scratch);
-    checks.extend(setup.facts.clone());
-    let unavailable = checks.first().filter(|c| !c.kept).map(|c| c.detail.clone());
-    for check in &checks {
-        if check.kept {
-            tracing::info!("sandbox: {}{}", check.what, detail_suffix(&check.detail));
-        } else {
-            tracing::warn!("sandbox: NOT {} ({})", check.what, check.detail);
-        }
-    }
-    let mode = match exec.mode {
-        SandboxModeArg::Required => SandboxMode::Required,
-        SandboxModeArg::Preferred => SandboxMode::Preferred,
-        SandboxModeArg::Off => SandboxMode::Off,
-    };
-    if unavailable.is_some() && mode == SandboxMode::Required {
-        tracing::warn!("this host cannot confine commands; with --skills-sandbox required, shell and skills_run will refuse to run");
-    }
-    let interpreters = Interpreters::detect().with_overrides(&exec.interpreters).map_err(|err| err.to_string())?;
-    match interpreters.python() {
-        Some(python) => {
-            tracing::info!("interpreters: python is {} ({})", python.path.display(), interpreters.describe())
-        }
-        None => tracing::warn!("interpreters: no python3 found in {}", SEARCH_PATH.join(":")),
-    }
-    let install = exec.install.as_ref().map(|install| Arc::new(install_settings(install, &interpreters)));
-    // The operator's CA bundles, checked now: a bad one stops start-up.
-    let ca_bundle = match exec.ca_bundles.is_empty() {
-        true => None,
-        false => {
-            let certificates = ca::read_bundles(&exec.ca_bundles)?;
-            let snapshot = base.join("ca-bundle.pem");
-            ca::write_snapshot(&snapshot, &certificates)
-                .map_err(|err| format!("--ca-bundle: cannot write the snapshot {}: {err}", snapshot.display()))?;
-            tracing::info!(
-                certificates = certificates.len(),
-                "CA bundles: networked commands and the installer trust them"
-            );
-            if !exec.code_network && !exec.skills_network && exec.install.is_none() {
-                tracing::warn!("--ca-bundle has no effect: nothing is granted the network");
-            }
-            Some(snapshot)
-        }
-    };
-    let settings = ExecSettings {
-        launcher,
-        mode,
-        unavailable,
-        shell_unconfined: exec.code_unconfined,
-        shell_network: exec.code_network,
-        skills_network: exec.skills_network,
-        gaps: doctor::gaps_line(&checks),
-        interpreters: Arc::new(interpreters),
-        proxy_env: skillhost_actors::sandbox::proxy_environment(std::env::vars()),
-        install,
-        ca_bundle,
-    };
-    let runtime = Arc::new(ExecRuntime {
-        settings: Arc::new(settings),
-        workspace_base,
-        workspaces: setup.workspaces,
-        code_exec: exec.code_exec,
-    });
-    Ok((Some(runtime), Some(artifacts), owned))
-}
-
-/// The install proxy's policy, and in the log what the installer may do.
-fn install_settings(install: &InstallConfig, interpreters: &Interpreters) -> InstallSettings {
-    let egress = Egress::new(install.domains.clone());
-    let npm = SEARCH_PATH.iter().map(|dir| std::path::Path::new(dir).join("npm")).find(|p| p.is_file());
-    tracing::info!(
-        index = install.python_index,
-        registry = install.npm_registry,
-        "capability: the host installs packages for shell commands (--code-exec-allow-install), reaching only {}",
-        install.domains.join(", ")
-    );
-    if interpreters.python().is_none() {
-        tracing::warn!("--code-exec-allow-install: no python3 here, so pip installs will be refused");
-    }
-    if npm.is_none() {
-        tracing::warn!(
-            "--code-exec-allow-install: no npm in {}, so npm installs will be refused",
-            SEARCH_PATH.join(":")
-        );
-    }
-    InstallSettings {
-        allowed: true,
-        packages: install.packages.clone(),
-        python_index: install.python_index.clone(),
-        npm_registry: install.npm_registry.clone(),
-        proxy: Some(egress),
-        npm,
-    }
-}
-
 /// SIGHUP (what `systemctl reload` sends): re-read the key files and
 /// rescan the skills roots, without dropping a connection.
 fn reload_on_hangup(access: Arc<http::access::Access>, server: skillhost_actors::Server) {
@@ -428,58 +281,6 @@ fn reload_on_hangup(access: Arc<http::access::Access>, server: skillhost_actors:
     });
 }
 
-/// One line per capability this deployment grants, so an operator reading
-/// the log sees what it allows.
-fn log_capabilities(config: &ServeConfig) {
-    let exec = &config.exec;
-    let on = |b: bool| if b { "on" } else { "off" };
-    tracing::info!("capability: code execution (--code-exec) {}", on(exec.code_exec));
-    tracing::info!("capability: skill scripts (--skills-allow-exec) {}", on(config.loop_settings.allow_exec));
-    if exec.code_unconfined {
-        tracing::warn!("capability: shell commands run WITHOUT the sandbox (--code-exec-unconfined)");
-    }
-    if exec.code_network {
-        tracing::warn!("capability: shell commands may use the host's network (--code-exec-allow-network)");
-        if exec.install.is_some() {
-            tracing::warn!("capability: with --code-exec-allow-network, --code-exec-packages and --code-exec-install-domains bound only the host's installer, not what commands can fetch themselves");
-        }
-    }
-    if exec.skills_network {
-        tracing::warn!("capability: skill scripts may use the host's network (--skills-allow-network)");
-    }
-    tracing::info!("capability: sandbox mode {:?}", exec.mode);
-    let access = &config.access;
-    match (access.user_keys_configured(), config.host.is_loopback()) {
-        (true, _) => tracing::info!(
-            "capability: keys on (chat and model routes need a key; admin routes {})",
-            if access.admin_keys.is_empty() && access.admin_key_file.is_none() {
-                "are refused: no --admin-key"
-            } else {
-                "need an admin key"
-            }
-        ),
-        (false, true) => tracing::info!("capability: keys off (bound to a loopback address)"),
-        (false, false) => {
-            tracing::warn!("capability: keys OFF on a non-loopback address (--insecure-no-auth): anyone who reaches the port may use this server")
-        }
-    }
-    tracing::info!(
-        "capability: /metrics {}",
-        if access.metrics_key.is_some() { "needs --metrics-key" } else { "open" }
-    );
-    if !access.allowed_origins.is_empty() {
-        tracing::info!("capability: browser pages from {} may call the API", access.allowed_origins.join(", "));
-    }
-}
-
-fn detail_suffix(detail: &str) -> String {
-    if detail.is_empty() {
-        String::new()
-    } else {
-        format!(" ({detail})")
-    }
-}
-
 /// The replica's header and cookie on every answer.
 fn replica_headers(replica: Option<&str>) -> actix_web::middleware::DefaultHeaders {
     use skillhost_actors::replica;
@@ -489,55 +290,23 @@ fn replica_headers(replica: Option<&str>) -> actix_web::middleware::DefaultHeade
         .add(("set-cookie", format!("{}={id}; Path=/; SameSite=Lax; HttpOnly", replica::COOKIE)))
 }
 
-/// The folders a running server made for itself, removed when dropped.
-pub type OwnFolders = Vec<sandbox_cli::OwnedDir>;
-
-/// Starts the actor system for `config`, as `serve` and `chat` both run it:
-/// process execution set up, the skills registry scanned, the model loading.
-/// The folders come back to be dropped after the server has stopped.
-pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), String> {
-    let (exec, artifacts, own_folders) = exec_runtime(config).await?;
-    let server = Server::start(ServerConfig {
-        model: match &config.remote {
-            Some(remote) => ModelSource::Remote(remote.clone()),
-            None => ModelSource::Load(config.engine.clone()),
-        },
-        skills: config.skills.clone(),
-        loop_settings: config.loop_settings,
-        exec,
-        artifacts,
-    })
-    .await?;
-    if let Some(skills) = server.skills() {
-        let snapshot = skills.snapshot();
-        tracing::info!(skills = snapshot.skills.len(), errors = snapshot.errors.len(), "skills registry loaded");
-        for error in &snapshot.errors {
-            tracing::warn!(path = ?error.path, message = ?error.message, "a skill did not load");
-        }
-    }
-    Ok((server, own_folders))
-}
-
-async fn serve(config: ServeConfig) -> Result<(), String> {
+async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
     if let Some(id) = &config.replica_id {
         skillhost_actors::replica::set(id);
     }
-    log_capabilities(&config);
+    setup::log_capabilities(&config);
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
-    let (server, _own_folders) = start_server(&config).await?;
+    let (server, _own_folders) = setup::start_server(&config).await?;
     let access = Arc::new(http::access::Access::new(config.access.clone(), config.host));
     reload_on_hangup(access.clone(), server.clone());
-    let metrics = http::metrics::Metrics::new().map_err(|err| format!("cannot set up metrics: {err}"))?;
-    let state = web::Data::new(http::AppState {
-        server: server.clone(),
-        metrics,
-        started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        keep_alive: http::webui::KEEP_ALIVE,
+    let options = setup::AppOptions {
         access: access.clone(),
         admission: http::access::Admission::new(config.engine.n_parallel as usize, config.max_queued as usize),
-        responses: Default::default(),
-    });
+        keep_alive: http::webui::KEEP_ALIVE,
+        started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    };
+    let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.
     let http_server = HttpServer::new(move || {
         // The app factory runs once on each worker thread as it starts.
@@ -552,7 +321,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
     })
     .on_connect(http::peer::on_connect)
     .bind((config.host, config.port))
-    .map_err(|err| format!("cannot listen on {}:{}: {err}", config.host, config.port))?;
+    .map_err(|source| setup::StartupError::Listen { host: config.host, port: config.port, source })?;
     for address in http_server.addrs() {
         tracing::info!("listening on http://{address}");
     }
@@ -566,7 +335,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
             handle.stop(false).await;
         }
     });
-    let result = running.await.map_err(|err| format!("the HTTP server failed: {err}"));
+    let result = running.await.map_err(setup::StartupError::Http);
     let failed = matches!(server.status(), ModelStatus::Failed(_));
     // Conversations' workspaces are not under the supervisor (they outlive
     // requests): stop them so their folders (and tmpfs mounts) go now.
@@ -574,7 +343,7 @@ async fn serve(config: ServeConfig) -> Result<(), String> {
     server.shutdown();
     result?;
     if failed {
-        return Err("exiting because the model could not be loaded".into());
+        return Err(setup::StartupError::ModelFailed);
     }
     Ok(())
 }

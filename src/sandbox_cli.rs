@@ -14,7 +14,7 @@ use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
 use skillhost_actors::sandbox::doctor::{self, Check};
 use skillhost_actors::sandbox::launch::{Launcher, Run};
 use skillhost_actors::sandbox::profile::Profile;
-use skillhost_actors::workspace::uids::{UidPool, UidRange, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::uids::{UidError, UidPool, UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::{Workspace, WorkspaceOptions, DEFAULT_WORKSPACE_MAX_BYTES};
 
 /// The shipped profiles, built into the binary so an installed server does
@@ -27,12 +27,12 @@ pub const SHIPPED_PROFILES: [(&str, &str); 2] = [
 /// Writes the shipped profiles into a new private folder (a random name,
 /// mode 0700): a folder another local user could have made first, or
 /// written into, would let them choose the sandbox's policy.
-pub fn shipped_profile_dir() -> Result<PathBuf, String> {
+pub fn shipped_profile_dir() -> Result<PathBuf, SandboxSetupError> {
     let dir = tempfile::Builder::new()
         .prefix("skillhost-profiles-")
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
-        .map_err(|err| format!("cannot write the sandbox profiles: {err}"))?
+        .map_err(SandboxSetupError::Profiles)?
         .keep();
     for (name, text) in SHIPPED_PROFILES {
         std::fs::OpenOptions::new()
@@ -40,9 +40,21 @@ pub fn shipped_profile_dir() -> Result<PathBuf, String> {
             .create_new(true)
             .open(dir.join(format!("{name}.yaml")))
             .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
-            .map_err(|err| format!("cannot write the sandbox profiles: {err}"))?;
+            .map_err(SandboxSetupError::Profiles)?;
     }
     Ok(dir)
+}
+
+/// Why the sandbox helper cannot be set up: nothing can run confined, so
+/// the command asking for it (`serve` with code execution, `doctor`,
+/// `run-sandboxed`) stops.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxSetupError {
+    /// This binary, which is also the helper, cannot be found.
+    #[error("cannot find the skillhost binary: {0}")]
+    Binary(std::io::Error),
+    #[error("cannot write the sandbox profiles: {0}")]
+    Profiles(std::io::Error),
 }
 
 /// A folder this process made for its own use, removed when dropped.
@@ -88,8 +100,8 @@ pub fn own_folder(parent: &Path) -> std::io::Result<(PathBuf, OwnedDir)> {
 
 /// The helper is this very binary. Without a profile folder, the shipped
 /// profiles are written to one that lives as long as the returned guard.
-pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedDir>), String> {
-    let helper = std::env::current_exe().map_err(|err| format!("cannot find the skillhost binary: {err}"))?;
+pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedDir>), SandboxSetupError> {
+    let helper = std::env::current_exe().map_err(SandboxSetupError::Binary)?;
     let (profile_dir, owned) = match profile_dir {
         Some(dir) => (dir, None),
         None => {
@@ -131,10 +143,9 @@ pub fn host_setup(
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     let mut facts = Vec::new();
-    let uids = if root {
-        UidPool::new(range)
-    } else {
-        Err("the server does not run as root, so every command runs as its user".into())
+    let uids = match root {
+        true => UidPool::new(range).map_err(|err| err.to_string()),
+        false => Err("the server does not run as root, so every command runs as its user".to_string()),
     };
     facts.push(Check {
         what: "each live workspace has a uid of its own",
@@ -148,8 +159,8 @@ pub fn host_setup(
     let limits = Profile::load(profile_dir, "code-exec").map(|p| p.limits).ok();
     let cgroups =
         match limits.map(|l| GroupLimits { memory_bytes: l.address_space_mb * 1024 * 1024, processes: l.processes }) {
-            Some(limits) => Cgroups::detect(limits),
-            None => Err("the code-exec profile does not load".into()),
+            Some(limits) => Cgroups::detect(limits).map_err(|err| err.to_string()),
+            None => Err("the code-exec profile does not load".to_string()),
         };
     facts.push(Check {
         what: "each command runs in a control group of its own (memory, processes, CPU weight)",
@@ -223,7 +234,26 @@ pub struct RunSandboxedArgs {
 }
 
 /// Runs the command with the terminal attached; returns its exit status.
-pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
+/// Why `run-sandboxed` or `doctor` stopped before its command or checks
+/// ran; `main` prints it after `error:`.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error(transparent)]
+    Setup(#[from] SandboxSetupError),
+    #[error(transparent)]
+    Uids(#[from] UidError),
+    /// Every uid of the range is leased by running servers' workspaces.
+    #[error("every uid of {0} is in use")]
+    UidsInUse(UidRange),
+    #[error("cannot create a scratch folder: {0}")]
+    Scratch(std::io::Error),
+    #[error("cannot start the sandbox helper: {0}")]
+    Helper(std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, OperatorError> {
     let (launcher, _profiles) = launcher(args.sandbox_profiles)?;
     let command: Vec<String> = args.command.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     // SAFETY: plain getter.
@@ -232,9 +262,7 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
     // with a running server's request (or its processes' fate).
     let lease = match root {
         true => Some(
-            UidPool::new(args.sandbox_uid_range)?
-                .lease()
-                .ok_or_else(|| format!("every uid of {} is in use", args.sandbox_uid_range))?,
+            UidPool::new(args.sandbox_uid_range)?.lease().ok_or(OperatorError::UidsInUse(args.sandbox_uid_range))?,
         ),
         false => None,
     };
@@ -255,7 +283,7 @@ pub fn run_sandboxed(args: RunSandboxedArgs) -> Result<u8, String> {
         proxy: None,
         timeout: Duration::MAX,
     };
-    let status = launcher.command(&run).status().map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
+    let status = launcher.command(&run).status().map_err(OperatorError::Helper)?;
     Ok(status.code().unwrap_or(1).clamp(0, 255) as u8)
 }
 
@@ -273,15 +301,13 @@ pub struct DoctorArgs {
 }
 
 /// Prints one line per promise; returns whether every promise holds.
-pub fn doctor(args: DoctorArgs) -> Result<(String, bool), String> {
+pub fn doctor(args: DoctorArgs) -> Result<(String, bool), OperatorError> {
     let (mut launcher, _profiles) = launcher(args.sandbox_profiles)?;
-    let (base, _base_guard) =
-        own_folder(&std::env::temp_dir()).map_err(|err| format!("cannot create a scratch folder: {err}"))?;
+    let (base, _base_guard) = own_folder(&std::env::temp_dir()).map_err(OperatorError::Scratch)?;
     let setup = host_setup(&launcher.profile_dir, args.sandbox_uid_range, args.workspace_max_bytes, None, &base);
     launcher.cgroups = setup.cgroups.clone();
-    let scratch =
-        Workspace::create(&base, &setup.workspaces).map_err(|err| format!("cannot create a scratch folder: {err}"))?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
+    let scratch = Workspace::create(&base, &setup.workspaces).map_err(OperatorError::Scratch)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OperatorError::Runtime)?;
     let mut checks = runtime.block_on(doctor::checks(&launcher, scratch.path(), scratch.owner()));
     drop(scratch);
     checks.extend(setup.facts);

@@ -15,8 +15,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use birdcage::{Birdcage, Exception, Sandbox};
-use clap::Args;
-use skillhost_actors::sandbox::profile::{Limits, Profile};
+use skillhost_actors::sandbox::helper_args::HelperArgs;
+use skillhost_actors::sandbox::private_net::PrivateNetError;
+use skillhost_actors::sandbox::profile::{Limits, Profile, ProfileError};
 
 /// A command's OOM priority, the highest: when memory runs out the kernel
 /// kills commands before anything else, the server above all.
@@ -34,68 +35,37 @@ pub const PASSED_ENVIRONMENT: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
 /// What the helper sets itself, pointing into the working folder.
 const OWN_ENVIRONMENT: [&str; 6] = ["HOME", "PWD", "TMPDIR", "TEMP", "TMP", "PYTHONDONTWRITEBYTECODE"];
 
-/// `NAME=VALUE`, with a name a shell could export.
-fn parse_env(text: &str) -> Result<(String, String), String> {
-    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
-    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        return Err(format!("'{name}' is not a variable name"));
-    }
-    Ok((name.to_string(), value.to_string()))
+/// Why the helper stopped before the command ran. `main` prints it and
+/// exits with [`SANDBOX_FAILURE`], which the launcher reports as a command
+/// that did not run; nothing of the command's was started.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// The profile named cannot be used.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// A step of setting the command up failed on this host.
+    #[error("{step}: {source}")]
+    Step { step: String, source: std::io::Error },
+    /// The command line asks for what the helper never does: a command as
+    /// root, a start folder that is not one name, no command at all.
+    #[error("{0}")]
+    Refused(String),
+    /// birdcage could not take an exception or start the sandbox.
+    #[error("{step}: {reason}")]
+    Sandbox { step: &'static str, reason: String },
+    /// The installer's own network could not be made or handed over.
+    #[error(transparent)]
+    PrivateNetwork(#[from] PrivateNetError),
 }
 
-#[derive(Debug, Args)]
-pub struct SandboxExecArgs {
-    /// Folder holding the profiles
-    #[arg(long)]
-    pub profile_dir: PathBuf,
-    /// Profile name (a file <name>.yaml in the profile folder)
-    #[arg(long)]
-    pub profile: String,
-    /// The working folder, read-write; HOME, PWD and TMPDIR point into it
-    #[arg(long)]
-    pub workspace: PathBuf,
-    /// A skill folder the command may read
-    #[arg(long)]
-    pub skill: Option<PathBuf>,
-    /// A file of the server's the command may read, such as the CA snapshot (repeatable)
-    #[arg(long = "read")]
-    pub read: Vec<PathBuf>,
-    /// Let the command use the network
-    #[arg(long)]
-    pub allow_network: bool,
-    /// Run without the sandbox (the operator's explicit choice)
-    #[arg(long)]
-    pub unconfined: bool,
-    /// Start in this folder directly inside the working folder instead of
-    /// its top (one name; a link there is refused)
-    #[arg(long)]
-    pub start_in: Option<String>,
-    /// An inherited Unix socket: give the command a network of its own and
-    /// send the server a listener made in it, for the install proxy
-    #[arg(long)]
-    pub proxy_channel: Option<i32>,
-    /// User id to run as when started as root (the workspace's own)
-    #[arg(long)]
-    pub uid: Option<u32>,
-    /// Group id to run as when started as root
-    #[arg(long)]
-    pub gid: Option<u32>,
-    /// A control group folder to join before dropping privileges (repeatable)
-    #[arg(long = "cgroup")]
-    pub cgroups: Vec<PathBuf>,
-    /// NAME=VALUE set in the command's environment (repeatable): the
-    /// workspace's package folders, proxies; set after everything else
-    #[arg(long = "env", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
-    /// The command and its arguments
-    #[arg(last = true, required = true)]
-    pub command: Vec<OsString>,
+/// The error of a failed step, as `map_err` takes it.
+fn failed<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) -> HelperError {
+    let step = step.into();
+    move |err| HelperError::Step { step, source: err.into() }
 }
 
 /// Runs the command; returns the exit status to leave with.
-pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
+pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
     let profile = Profile::load(&args.profile_dir, &args.profile)?;
     // The path comes from the server (a folder it made) or the operator;
     // it is opened once, without following a link at its end, and every
@@ -103,7 +73,7 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     let workspace = args
         .workspace
         .canonicalize()
-        .map_err(|err| format!("the working folder {} cannot be used: {err}", args.workspace.display()))?;
+        .map_err(failed(format!("the working folder {} cannot be used", args.workspace.display())))?;
     let folder = rustix::fs::open(
         &workspace,
         rustix::fs::OFlags::RDONLY
@@ -112,20 +82,20 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|err| format!("the working folder {} cannot be opened: {err}", workspace.display()))?;
+    .map_err(failed(format!("the working folder {} cannot be opened", workspace.display())))?;
     for group in &args.cgroups {
         // Joined as root, before the drop: the command cannot leave it.
         std::fs::write(group.join("cgroup.procs"), std::process::id().to_string())
-            .map_err(|err| format!("cannot join the control group {}: {err}", group.display()))?;
+            .map_err(failed(format!("cannot join the control group {}", group.display())))?;
     }
     let owner = sandbox_owner(args.uid, args.gid)?;
     if let Some((uid, gid)) = owner {
         // Only the folder itself, by descriptor: never a path inside it,
         // where a command could have left a link to a host file.
         rustix::fs::fchown(&folder, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))
-            .map_err(|err| format!("cannot hand {} to the sandbox user: {err}", workspace.display()))?;
+            .map_err(failed(format!("cannot hand {} to the sandbox user", workspace.display())))?;
     }
-    rustix::process::fchdir(&folder).map_err(|err| format!("cannot enter {}: {err}", workspace.display()))?;
+    rustix::process::fchdir(&folder).map_err(failed(format!("cannot enter {}", workspace.display())))?;
     drop(folder);
     let temp = workspace.join(".tmp");
     prepare_environment(&workspace, &temp);
@@ -135,7 +105,7 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     set_limits(&profile.limits)?;
     // Raising one's own score needs no privilege; children inherit it.
     std::fs::write("/proc/self/oom_score_adj", COMMAND_OOM_SCORE_ADJ.to_string())
-        .map_err(|err| format!("cannot set the command's OOM priority: {err}"))?;
+        .map_err(failed("cannot set the command's OOM priority"))?;
     if let Some(fd) = args.proxy_channel {
         // Before the drop: as root the namespace needs no user namespace.
         // SAFETY: the server passed this descriptor for this alone.
@@ -154,13 +124,17 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     // No descriptor of this process but 0-2 may reach the command.
     close_inherited_descriptors();
 
-    let (program, arguments) = args.command.split_first().ok_or("no command was given")?;
+    let (program, arguments) =
+        args.command.split_first().ok_or_else(|| HelperError::Refused("no command was given".into()))?;
     if args.unconfined {
         return run_unconfined(program, arguments);
     }
     let mut sandbox = Birdcage::new();
-    let mut allow = |exception: Exception| -> Result<(), String> {
-        sandbox.add_exception(exception).map(|_| ()).map_err(|err| format!("cannot set up the sandbox: {err}"))
+    let mut allow = |exception: Exception| -> Result<(), HelperError> {
+        sandbox
+            .add_exception(exception)
+            .map(|_| ())
+            .map_err(|err| HelperError::Sandbox { step: "cannot set up the sandbox", reason: err.to_string() })
     };
     // Paths that do not exist on this host are skipped: the profile is
     // shared across distributions.
@@ -197,12 +171,14 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
     // birdcage leaves its own exit-status pipe open in the process it
     // starts, so it starts this binary again as a trampoline that closes
     // every descriptor above 2 and then becomes the command.
-    let trampoline = std::env::current_exe().map_err(|err| format!("cannot find the skillhost binary: {err}"))?;
+    let trampoline = std::env::current_exe().map_err(failed("cannot find the skillhost binary"))?;
     allow(Exception::ExecuteAndRead(trampoline.clone()))?;
     let mut command = birdcage::process::Command::new(&trampoline);
     command.arg(CLOSE_FDS_COMMAND).arg("--").arg(program).args(arguments);
-    let mut child = sandbox.spawn(command).map_err(|err| format!("cannot start the sandbox: {err}"))?;
-    let status = child.wait().map_err(|err| format!("cannot wait for the command: {err}"))?;
+    let mut child = sandbox
+        .spawn(command)
+        .map_err(|err| HelperError::Sandbox { step: "cannot start the sandbox", reason: err.to_string() })?;
+    let status = child.wait().map_err(failed("cannot wait for the command"))?;
     use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code.clamp(0, 255) as u8,
@@ -218,20 +194,20 @@ pub fn run(args: SandboxExecArgs) -> Result<u8, String> {
 /// namespace can be made (no user namespaces and not root) the command is
 /// run in place, and only its process group (and control group, where
 /// there is one) bounds it.
-fn run_unconfined(program: &OsString, arguments: &[OsString]) -> Result<u8, String> {
+fn run_unconfined(program: &OsString, arguments: &[OsString]) -> Result<u8, HelperError> {
     // Where none can be made the command runs in place, silently: its
     // result already says it was not confined, and a line in every output
     // would only distract the model.
     if enter_pid_namespace().is_err() {
         let err = std::process::Command::new(program).args(arguments).exec();
-        return Err(format!("cannot run {}: {err}", program.to_string_lossy()));
+        return Err(failed(format!("cannot run {}", program.to_string_lossy()))(err));
     }
     // The first child is the namespace's init: the command itself.
     let mut child = std::process::Command::new(program)
         .args(arguments)
         .spawn()
-        .map_err(|err| format!("cannot run {}: {err}", program.to_string_lossy()))?;
-    let status = child.wait().map_err(|err| format!("cannot wait for the command: {err}"))?;
+        .map_err(failed(format!("cannot run {}", program.to_string_lossy())))?;
+    let status = child.wait().map_err(failed("cannot wait for the command"))?;
     use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code.clamp(0, 255) as u8,
@@ -243,7 +219,7 @@ fn run_unconfined(program: &OsString, arguments: &[OsString]) -> Result<u8, Stri
 /// Makes the next child of this process the first of a new pid namespace
 /// (with a user namespace mapping this process's ids to themselves when it
 /// is not root). The process must be single-threaded.
-fn enter_pid_namespace() -> Result<(), String> {
+fn enter_pid_namespace() -> std::io::Result<()> {
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     // SAFETY: unshare with constant flags changes only this process.
@@ -252,11 +228,9 @@ fn enter_pid_namespace() -> Result<(), String> {
     }
     // SAFETY: as above.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(std::io::Error::last_os_error());
     }
-    let write = |file: &str, text: String| {
-        std::fs::write(format!("/proc/self/{file}"), text).map_err(|err| format!("{file}: {err}"))
-    };
+    let write = |file: &str, text: String| std::fs::write(format!("/proc/self/{file}"), text);
     write("uid_map", format!("{uid} {uid} 1\n"))?;
     write("setgroups", "deny".into())?;
     write("gid_map", format!("{gid} {gid} 1\n"))
@@ -297,34 +271,34 @@ fn close_inherited_descriptors() {
 
 /// Moves into `name`, one folder directly inside the working folder
 /// (already the current one), opened without following a link.
-fn enter_folder(name: &str, workspace: &Path) -> Result<(), String> {
+fn enter_folder(name: &str, workspace: &Path) -> Result<(), HelperError> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(format!("--start-in takes one folder name, not '{name}'"));
+        return Err(HelperError::Refused(format!("--start-in takes one folder name, not '{name}'")));
     }
     let flags = rustix::fs::OFlags::RDONLY
         | rustix::fs::OFlags::DIRECTORY
         | rustix::fs::OFlags::NOFOLLOW
         | rustix::fs::OFlags::CLOEXEC;
     let folder = rustix::fs::openat(rustix::fs::CWD, name, flags, rustix::fs::Mode::empty())
-        .map_err(|err| format!("cannot open the start folder {name}: {err}"))?;
-    rustix::process::fchdir(&folder).map_err(|err| format!("cannot enter the start folder {name}: {err}"))?;
+        .map_err(failed(format!("cannot open the start folder {name}")))?;
+    rustix::process::fchdir(&folder).map_err(failed(format!("cannot enter the start folder {name}")))?;
     std::env::set_var("PWD", workspace.join(name));
     Ok(())
 }
 
 /// Started as root, the uid and gid commands run as: given by the server
 /// (the workspace's own), never 0. `None` when not started as root.
-fn sandbox_owner(uid: Option<u32>, gid: Option<u32>) -> Result<Option<(u32, u32)>, String> {
+fn sandbox_owner(uid: Option<u32>, gid: Option<u32>) -> Result<Option<(u32, u32)>, HelperError> {
     // SAFETY: plain getter.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(None);
     }
     let Some(uid) = uid else {
-        return Err("started as root without --uid; commands never run as root".into());
+        return Err(HelperError::Refused("started as root without --uid; commands never run as root".into()));
     };
     let gid = gid.unwrap_or(uid);
     if uid == 0 || gid == 0 {
-        return Err("the sandbox user is root; commands never run as root".into());
+        return Err(HelperError::Refused("the sandbox user is root; commands never run as root".into()));
     }
     Ok(Some((uid, gid)))
 }
@@ -354,13 +328,13 @@ fn prepare_environment(workspace: &Path, temp: &Path) {
     std::env::set_var("PYTHONDONTWRITEBYTECODE", "1");
 }
 
-fn set_limits(limits: &Limits) -> Result<(), String> {
+fn set_limits(limits: &Limits) -> Result<(), HelperError> {
     let mb = 1024 * 1024;
     let set = |resource, value: u64, what: &str| {
         let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
         // SAFETY: setrlimit reads the struct it is given.
         if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-            return Err(format!("cannot limit {what}: {}", std::io::Error::last_os_error()));
+            return Err(failed(format!("cannot limit {what}"))(std::io::Error::last_os_error()));
         }
         Ok(())
     };
@@ -374,20 +348,20 @@ fn set_limits(limits: &Limits) -> Result<(), String> {
 
 /// Becomes `uid`/`gid` with no supplementary groups; never runs a command
 /// as root.
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
+fn drop_privileges(uid: u32, gid: u32) -> Result<(), HelperError> {
     // SAFETY: standard privilege drop: supplementary groups, then gid, then uid.
     let dropped =
         unsafe { libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(gid) == 0 && libc::setuid(uid) == 0 };
     // SAFETY: plain getters.
     if !dropped || unsafe { libc::getuid() == 0 || libc::geteuid() == 0 } {
-        return Err(format!("cannot become uid {uid}: {}", std::io::Error::last_os_error()));
+        return Err(failed(format!("cannot become uid {uid}"))(std::io::Error::last_os_error()));
     }
     // Changing credentials made the process non-dumpable, which leaves its
     // /proc/self files owned by root; birdcage must write its own uid_map
     // there to build the user namespace. Core dumps stay off (RLIMIT_CORE).
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
-        return Err(format!("cannot prepare the sandbox user: {}", std::io::Error::last_os_error()));
+        return Err(failed("cannot prepare the sandbox user")(std::io::Error::last_os_error()));
     }
     Ok(())
 }

@@ -12,6 +12,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use skillhost_actors::sandbox::helper_args::{self, HelperArgs};
+
 const BINARY: &str = env!("CARGO_BIN_EXE_skillhost");
 
 struct Setup {
@@ -169,14 +171,16 @@ fn commands_never_run_as_root() {
     assert_ne!(stdout.trim(), "0");
     // The helper refuses uid 0, and a root helper given no uid at all.
     let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
-    for uid in [Some("0"), None] {
-        let mut command = Command::new(BINARY);
-        command.arg("sandbox-exec").arg("--profile-dir").arg(&profiles).args(["--profile", "code-exec"]);
-        command.arg("--workspace").arg(&setup.workspace);
-        if let Some(uid) = uid {
-            command.args(["--uid", uid]);
-        }
-        let output = command.args(["--", "/usr/bin/true"]).output().unwrap();
+    for uid in [Some(0), None] {
+        let args = HelperArgs {
+            profile_dir: profiles.clone(),
+            profile: "code-exec".into(),
+            workspace: setup.workspace.clone(),
+            uid,
+            command: vec!["/usr/bin/true".into()],
+            ..HelperArgs::default()
+        };
+        let output = Command::new(BINARY).arg(helper_args::SUBCOMMAND).args(args.render()).output().unwrap();
         if unsafe_is_root() {
             assert_eq!(output.status.code(), Some(125), "{uid:?}");
             assert!(String::from_utf8_lossy(&output.stderr).contains("commands never run as root"), "{uid:?}");

@@ -42,5 +42,5 @@ pub mod tools;
 pub mod workspace;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
-pub use server::{ChatStream, Server, ServerConfig, SkillsHandle};
+pub use server::{ChatStream, Server, ServerConfig, SkillsHandle, StartError};
 pub use supervisor::ModelStatus;

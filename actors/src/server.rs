@@ -167,10 +167,32 @@ impl Drop for ChatStream {
     }
 }
 
+/// Why the actor system did not start. The caller does not serve: `serve`
+/// and `chat` exit, naming the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start the supervisor: {0}")]
+    Supervisor(ractor::SpawnErr),
+    /// The supervisor started but does not answer.
+    #[error("cannot reach the supervisor: {0}")]
+    Unreachable(String),
+    /// The operator's `--skill` selection names skills the registry lacks:
+    /// a typo, refused rather than silently selecting less.
+    #[error("--skill {}: no such skill is registered; available: {}", unknown.join(", "), available_ids(available))]
+    UnknownSkills { unknown: Vec<String>, available: Vec<String> },
+}
+
+fn available_ids(ids: &[String]) -> String {
+    match ids.is_empty() {
+        true => "none are registered".to_string(),
+        false => ids.join(", "),
+    }
+}
+
 impl Server {
     /// Starts the supervisor: the skills registry is scanned before this
     /// returns; the model loads in the background.
-    pub async fn start(config: ServerConfig) -> Result<Server, String> {
+    pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         let (status_tx, status) = watch::channel(ModelStatus::Loading);
         let install_dir = config.skills.as_ref().and_then(|s| s.install_dir.clone());
         let installable = install_dir.is_some();
@@ -198,10 +220,9 @@ impl Server {
             agent_stats: Arc::clone(&agent_stats),
             skill_outcomes: Arc::clone(&skill_outcomes),
         };
-        let (supervisor, _) =
-            Actor::spawn(None, Supervisor, args).await.map_err(|err| format!("cannot start the supervisor: {err}"))?;
+        let (supervisor, _) = Actor::spawn(None, Supervisor, args).await.map_err(StartError::Supervisor)?;
         let artifacts = ractor::call_t!(supervisor, SupervisorMsg::Artifacts, 5_000)
-            .map_err(|err| format!("cannot reach the supervisor: {err}"))?;
+            .map_err(|err| StartError::Unreachable(err.to_string()))?;
         let skills = snapshot.map(|snapshot| SkillsHandle {
             supervisor: supervisor.clone(),
             snapshot,
@@ -217,12 +238,9 @@ impl Server {
                 skills.selected.iter().map(String::as_str).filter(|id| snapshot.get(id).is_none()).collect();
             if !unknown.is_empty() {
                 supervisor.stop(None);
-                let ids = snapshot.ids();
-                let available = if ids.is_empty() { "none are registered".to_string() } else { ids.join(", ") };
-                return Err(format!(
-                    "--skill {}: no such skill is registered; available: {available}",
-                    unknown.join(", ")
-                ));
+                let unknown = unknown.into_iter().map(str::to_string).collect();
+                let available = snapshot.ids().into_iter().map(str::to_string).collect();
+                return Err(StartError::UnknownSkills { unknown, available });
             }
         }
         Ok(Server {

@@ -3,66 +3,36 @@
 //! the Host check, the JSON content type, and admission.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use actix_web::dev::ServiceResponse;
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::chat_loop::LoopSettings;
-use skillhost_actors::model::scripted::ScriptedBackend;
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_actors::skills::{Origin, Root};
 
 use crate::config::AccessConfig;
-use crate::http::access::{Access, Admission};
-use crate::http::{configure, metrics::Metrics, AppState};
+use crate::http::access::Admission;
+use crate::http::test_server::{scenario_skills_root, skills_config, TestServer};
+use crate::http::{configure, AppState};
 
-const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 const USER_KEY: &str = "sk-user-1";
 const ADMIN_KEY: &str = "sk-admin-1";
 const METRICS_KEY: &str = "metrics-1";
 
+/// The scripted model with an install folder and the scenario skills,
+/// behind `access` on `host`.
 async fn app_state(
     access: AccessConfig,
     host: IpAddr,
     admission: Admission,
     install: &std::path::Path,
 ) -> web::Data<AppState> {
-    let outputs = vec!["Hello there.".to_string(); 64];
-    let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
-    let skills = SkillsConfig {
-        roots: vec![
-            Root { path: install.to_path_buf(), origin: Origin::Installed },
-            Root {
-                path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
-                origin: Origin::Discovered,
-            },
-        ],
-        install_dir: Some(install.to_path_buf()),
-        watch: false,
-        poll: None,
-        selected: Vec::new(),
-    };
-    let config = ServerConfig {
-        model: ModelSource::Provided(backend),
-        skills: Some(skills),
-        loop_settings: LoopSettings::default(),
-        exec: None,
-        artifacts: None,
-    };
-    let server = Server::start(config).await.unwrap();
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    web::Data::new(AppState {
-        server,
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Arc::new(Access::new(access, host)),
-        admission,
-        responses: Default::default(),
-    })
+    let roots = vec![
+        Root { path: install.to_path_buf(), origin: Origin::Installed },
+        Root { path: scenario_skills_root(), origin: Origin::Discovered },
+    ];
+    let skills = skills_config(roots, Some(install.to_path_buf()), Vec::new());
+    let server = TestServer::scripted(vec!["Hello there.".to_string(); 64]).skills(skills);
+    server.keys(access, host).admission(admission).start().await.unwrap().state
 }
 
 fn keyed() -> AccessConfig {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 
-use crate::http::webui_tests::{state_with_settings, CHATML};
+use crate::http::test_server::{TestServer, CHATML};
 use crate::http::{configure, AppState};
 
 fn call(name: &str, arguments: Value) -> String {
@@ -25,8 +25,8 @@ fn child(agent: &str, text: String, delay_ms: u64) -> ScriptedOutput {
 }
 
 async fn app_state(outputs: Vec<ScriptedOutput>) -> (web::Data<AppState>, Arc<ScriptedBackend>) {
-    let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
-    (state_with_settings(backend.clone(), true, LoopSettings::default()).await, backend)
+    let running = TestServer::scripted(outputs).scenario_skills().start().await.unwrap();
+    (running.state, running.backend.unwrap())
 }
 
 fn frames(body: &[u8]) -> Vec<Value> {
@@ -197,7 +197,7 @@ async fn a_plain_request_carries_no_coordination_tools_unless_asked() {
                 .unwrap(),
         );
         let settings = LoopSettings { multi_agent: mode, ..LoopSettings::default() };
-        let state = state_with_settings(backend.clone(), false, settings).await;
+        let state = TestServer::on(backend.clone()).settings(settings).start().await.unwrap().state;
         let app = test::init_service(App::new().app_data(state).configure(configure)).await;
         let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(&body).to_request();
         let response = test::call_service(&app, request).await;

@@ -10,124 +10,42 @@ use std::time::Duration;
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::sandbox::launch::{Launcher, SandboxMode};
-use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
-use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
-use skillhost_actors::workspace::WorkspaceOptions;
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_actors::sandbox::launch::SandboxMode;
 
-use crate::http::{configure, metrics::Metrics, AppState};
-
-const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-/// The real `skillhost` binary, which cargo builds next to the test binaries.
-pub(super) fn helper() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe.parent().and_then(Path::parent).unwrap().join("skillhost");
-    assert!(binary.exists(), "{} is missing: cargo builds it for the integration tests", binary.display());
-    binary
-}
+use crate::http::test_server::TestServer;
+use crate::http::{configure, AppState};
 
 pub(super) fn call(name: &str, arguments: Value) -> String {
     format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": arguments}))
 }
 
+/// A started server on the scripted model with the real sandbox.
 pub(super) struct Harness {
     pub(super) state: web::Data<AppState>,
     pub(super) backend: Arc<ScriptedBackend>,
     pub(super) base: tempfile::TempDir,
 }
 
+/// Starts `server`, which runs the scripted model with the sandbox.
+pub(super) async fn start(server: TestServer) -> Harness {
+    let running = server.start().await.unwrap();
+    Harness {
+        state: running.state,
+        backend: running.backend.expect("a scripted model"),
+        base: running.base.expect("the sandbox"),
+    }
+}
+
+/// A code turn's settings: 24 rounds, as `--code-exec` sets.
+pub(super) fn code_settings() -> LoopSettings {
+    LoopSettings { max_rounds: 24, ..LoopSettings::default() }
+}
+
+/// The scripted model writing `outputs`, with the code tools.
 pub(super) async fn harness(outputs: Vec<String>) -> Harness {
-    harness_with(outputs, None, true, false).await
-}
-
-/// A server on the scripted model with the real sandbox; `skills` is a root
-/// of skills, `code_exec` offers the code tools, `allow_exec` `skills_run`.
-async fn harness_with(outputs: Vec<String>, skills: Option<PathBuf>, code_exec: bool, allow_exec: bool) -> Harness {
-    let settings = LoopSettings { max_rounds: 24, allow_exec, ..LoopSettings::default() };
-    harness_settings(outputs.into_iter().map(ScriptedOutput::from).collect(), skills, code_exec, settings).await
-}
-
-/// [`harness_with`], with the loop settings given whole.
-async fn harness_settings(
-    outputs: Vec<ScriptedOutput>,
-    skills: Option<PathBuf>,
-    code_exec: bool,
-    settings: LoopSettings,
-) -> Harness {
-    harness_exec(outputs, skills, code_exec, settings, |_| {}).await
-}
-
-/// [`harness_settings`], with the way commands run changed by `tweak` (the
-/// installer, the network grants).
-pub(super) async fn harness_exec(
-    outputs: Vec<ScriptedOutput>,
-    skills: Option<PathBuf>,
-    code_exec: bool,
-    settings: LoopSettings,
-    tweak: impl FnOnce(&mut ExecSettings),
-) -> Harness {
-    harness_workspaces(outputs, skills, code_exec, settings, tweak, |_| {}).await
-}
-
-/// [`harness_exec`], with the way workspaces are made changed by `shape`.
-async fn harness_workspaces(
-    outputs: Vec<ScriptedOutput>,
-    skills: Option<PathBuf>,
-    code_exec: bool,
-    settings: LoopSettings,
-    tweak: impl FnOnce(&mut ExecSettings),
-    shape: impl FnOnce(&mut WorkspaceOptions),
-) -> Harness {
-    let base = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
-    let launcher = Launcher { helper: helper(), profile_dir: profiles, cgroups: None };
-    // SAFETY: plain getter.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mut exec_settings =
-        ExecSettings::confined(launcher, skillhost_actors::sandbox::interpreters::Interpreters::detect());
-    tweak(&mut exec_settings);
-    let mut workspaces = WorkspaceOptions {
-        uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
-        size_cap: None,
-        budget: None,
-    };
-    shape(&mut workspaces);
-    let exec = ExecRuntime {
-        settings: Arc::new(exec_settings),
-        workspace_base: base.path().join("workspaces"),
-        workspaces,
-        code_exec,
-    };
-    std::fs::create_dir_all(base.path().join("workspaces")).unwrap();
-    std::fs::create_dir_all(base.path().join("artifacts")).unwrap();
-    let artifacts = ArtifactStore::new(&base.path().join("artifacts"), ArtifactLimits::default()).unwrap();
-    let skills = skills.map(|path| SkillsConfig {
-        roots: vec![Root { path, origin: Origin::Discovered }],
-        install_dir: None,
-        watch: false,
-        poll: None,
-        selected: Vec::new(),
-    });
-    let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
-    let config = ServerConfig {
-        model: ModelSource::Provided(backend.clone()),
-        skills,
-        loop_settings: settings,
-        exec: Some(Arc::new(exec)),
-        artifacts: Some(artifacts),
-    };
-    let server = Server::start(config).await.unwrap();
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = AppState::for_tests(server);
-    Harness { state, backend, base }
+    start(TestServer::scripted(outputs).code_exec().settings(code_settings())).await
 }
 
 /// One non-streamed chat request of `content` to the harness's server.
@@ -374,7 +292,13 @@ async fn skills_run_argument_shapes_refusals_and_scratch_folders() {
         call("skills_run", json!({"skill": "echo-args"})),
         "Done.".to_string(),
     ];
-    let harness = harness_with(outputs, Some(skills.clone()), false, true).await;
+    let harness = start(
+        TestServer::scripted(outputs)
+            .sandbox(false)
+            .skills_root(&skills)
+            .settings(LoopSettings { allow_exec: true, ..code_settings() }),
+    )
+    .await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Use echo-args."}]});
     let response: Value = test::call_and_read_body_json(
@@ -419,7 +343,13 @@ async fn skills_run_is_refused_unless_enabled_and_guides_after_a_full_read() {
         "Done.".to_string(),
     ];
     // Enabled: the full SKILL.md read ends with a ready skills_run example.
-    let harness = harness_with(outputs.clone(), Some(skills.clone()), false, true).await;
+    let harness = start(
+        TestServer::scripted(outputs.clone())
+            .sandbox(false)
+            .skills_root(&skills)
+            .settings(LoopSettings { allow_exec: true, ..code_settings() }),
+    )
+    .await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Use echo-args."}]});
     let _: Value = test::call_and_read_body_json(
@@ -432,7 +362,8 @@ async fn skills_run_is_refused_unless_enabled_and_guides_after_a_full_read() {
     assert!(last.contains("[exit status 0]"), "{last}");
 
     // Not enabled: no skills_run tool, and a call to it is refused.
-    let harness = harness_with(outputs, Some(skills), false, false).await;
+    let harness =
+        start(TestServer::scripted(outputs).sandbox(false).skills_root(&skills).settings(code_settings())).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let reply: Value = test::call_and_read_body_json(
         &app,
@@ -500,18 +431,10 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
 #[actix_web::test]
 async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
     let outputs = vec![call("shell", json!({"command": "sleep 1; echo slept"})), "Done.".to_string()];
-    let harness = harness(outputs).await;
-    // The same server, with a keep-alive far shorter than the command.
-    let state = web::Data::new(AppState {
-        server: harness.state.server.clone(),
-        metrics: Metrics::new().unwrap(),
-        started_at: 0,
-        keep_alive: Duration::from_millis(200),
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    });
-    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    // A keep-alive far shorter than the command.
+    let server = TestServer::scripted(outputs).code_exec().settings(code_settings());
+    let harness = start(server.keep_alive(Duration::from_millis(200))).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Wait a second."}]});
     let response =
         test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(body).to_request()).await;
@@ -529,7 +452,7 @@ async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
 async fn a_turn_ends_at_its_time_budget_and_says_so() {
     let outputs = vec![call("shell", json!({"command": "sleep 47"})), "Never reached.".to_string()];
     let settings = LoopSettings { turn_timeout: Duration::from_millis(1500), ..LoopSettings::default() };
-    let harness = harness_settings(outputs.into_iter().map(ScriptedOutput::from).collect(), None, true, settings).await;
+    let harness = start(TestServer::scripted(outputs).code_exec().settings(settings)).await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let body = json!({"messages": [{"role": "user", "content": "Wait."}]});
     let response: Value = test::call_and_read_body_json(
@@ -576,7 +499,7 @@ async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
             child("Wrote my answer.".to_string()),
         ]);
         let settings = LoopSettings { max_rounds: 24, agents_allow_write: allow_write, ..LoopSettings::default() };
-        let harness = harness_settings(outputs, None, true, settings).await;
+        let harness = start(TestServer::scripted(outputs).code_exec().settings(settings)).await;
         let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
         let body = json!({"messages": [{"role": "user", "content": "Delegate."}], "temperature": 0});
         let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
@@ -631,7 +554,9 @@ async fn a_child_starts_under_the_skills_its_parent_loaded() {
         child("Tried.".to_string()),
     ];
     let settings = LoopSettings { max_rounds: 12, agents_allow_write: true, ..LoopSettings::default() };
-    let harness = harness_settings(outputs, Some(base.path().join("skills")), true, settings).await;
+    let harness =
+        start(TestServer::scripted(outputs).code_exec().skills_root(&base.path().join("skills")).settings(settings))
+            .await;
     let reply = ask(&harness, "Delegate.").await;
     assert_eq!(reply["choices"][0]["message"]["content"], "Done.", "{reply}");
     let agents = harness.backend.agents();
@@ -660,20 +585,12 @@ async fn a_full_sandbox_memory_refuses_a_new_workspace_and_the_server_answers_th
     let fill = || call("shell", json!({"command": "head -c 3000000 /dev/zero > fill && echo filled"}));
     let outputs = vec![fill(), "one".into(), fill(), "two".into(), "three".into(), fill(), "four".into()];
     let settings = LoopSettings { max_rounds: 4, ..LoopSettings::default() };
-    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
     let budget = skillhost_actors::workspace::MemoryBudget::new(2 * CAP);
     let held = Arc::clone(&budget);
-    let harness = harness_workspaces(
-        outputs,
-        None,
-        true,
-        settings,
-        |_| {},
-        move |options| {
-            options.size_cap = Some(CAP);
-            options.budget = Some(budget);
-        },
-    )
+    let harness = start(TestServer::scripted(outputs).code_exec().settings(settings).workspaces(move |options| {
+        options.size_cap = Some(CAP);
+        options.budget = Some(budget);
+    }))
     .await;
     let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
     let health = || async {
@@ -815,9 +732,6 @@ async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks(
             call("skills_run", json!({"skill": "show-env", "path": "scripts/env.py"})),
             "done".to_string(),
         ]
-        .into_iter()
-        .map(ScriptedOutput::from)
-        .collect()
     };
     let skills_base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(skills_base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -829,16 +743,18 @@ async fn a_script_sees_the_shells_setup_unless_it_has_a_network_the_shell_lacks(
     );
     let settings = || LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
     // Same network as the shell: the same environment, exports included.
-    let harness = harness_exec(outputs(), Some(skills.clone()), true, settings(), |_| {}).await;
+    let harness = start(TestServer::scripted(outputs()).code_exec().skills_root(&skills).settings(settings())).await;
     ask(&harness, "Show it.").await;
     let last = harness.backend.prompts().pop().unwrap();
     let script = last.split("[skills_run: scripts/env.py]").nth(1).unwrap();
     assert!(script.contains("FROM_SHELL=yes") && script.contains("PLANTED CODE RAN"), "{script}");
     // A network the shell lacks: nothing the model set up offline runs with it.
-    let harness = harness_exec(outputs(), Some(skills), true, settings(), |exec| {
-        exec.mode = SandboxMode::Preferred;
-        exec.skills_network = true;
-    })
+    let harness = start(
+        TestServer::scripted(outputs()).code_exec().skills_root(&skills).settings(settings()).exec_settings(|exec| {
+            exec.mode = SandboxMode::Preferred;
+            exec.skills_network = true;
+        }),
+    )
     .await;
     ask(&harness, "Show it.").await;
     let last = harness.backend.prompts().pop().unwrap();
@@ -867,18 +783,13 @@ async fn a_networked_command_trusts_the_operators_cas_and_sees_nothing_else_of_t
         "echo \"file=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\"; grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\" >/dev/null && echo certificates; grep -c -e PRIVATE -e vault \"$SSL_CERT_FILE\"; cat {} || echo no-original",
         bundle.display()
     );
-    let outputs = || {
-        vec![call("shell", json!({"command": look})), "done".to_string()]
-            .into_iter()
-            .map(ScriptedOutput::from)
-            .collect()
-    };
+    let outputs = || vec![call("shell", json!({"command": look})), "done".to_string()];
     let settings = || LoopSettings { max_rounds: 24, ..LoopSettings::default() };
-    let networked = harness_exec(outputs(), None, true, settings(), |exec| {
+    let networked = start(TestServer::scripted(outputs()).code_exec().settings(settings()).exec_settings(|exec| {
         exec.mode = SandboxMode::Preferred;
         exec.shell_network = true;
         exec.ca_bundle = Some(snapshot.clone());
-    })
+    }))
     .await;
     ask(&networked, "Look.").await;
     let last = networked.backend.prompts().pop().unwrap();
@@ -888,7 +799,13 @@ async fn a_networked_command_trusts_the_operators_cas_and_sees_nothing_else_of_t
     assert!(result.contains("certificates\n0\n"), "only certificates: {result}");
     assert!(result.contains("no-original"), "the operator's file stays out of reach: {result}");
     // Offline, nothing names it.
-    let offline = harness_exec(outputs(), None, true, settings(), |exec| exec.ca_bundle = Some(snapshot.clone())).await;
+    let offline = start(
+        TestServer::scripted(outputs())
+            .code_exec()
+            .settings(settings())
+            .exec_settings(|exec| exec.ca_bundle = Some(snapshot.clone())),
+    )
+    .await;
     ask(&offline, "Look.").await;
     let last = offline.backend.prompts().pop().unwrap();
     assert!(last.contains("file= node="), "{last}");

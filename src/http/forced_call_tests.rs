@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use actix_web::{test, App};
 use serde_json::{json, Value};
-use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 
 use crate::http::configure;
-use crate::http::webui_tests::{state_with_settings, CHATML};
+use crate::http::test_server::TestServer;
 
 const CALL: &str =
     "<tool_call>\n{\"name\": \"fill_form\", \"arguments\": {\"a\": \"first\", \"b\": \"second value\"}}\n</tool_call>";
@@ -27,8 +26,8 @@ fn form_schema() -> Value {
 /// Posts `body` to `uri` on a server whose model writes `output` once.
 async fn post(output: &str, uri: &str, body: Value) -> (Vec<u8>, Arc<ScriptedBackend>) {
     let outputs = vec![ScriptedOutput::from(output.to_string())];
-    let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
-    let state = state_with_settings(backend.clone(), false, LoopSettings::default()).await;
+    let running = TestServer::scripted(outputs).start().await.unwrap();
+    let (state, backend) = (running.state, running.backend.unwrap());
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let response = test::call_service(&app, test::TestRequest::post().uri(uri).set_json(&body).to_request()).await;
     assert_eq!(response.status().as_u16(), 200, "{uri} {body}");
@@ -138,8 +137,7 @@ async fn a_call_cut_by_the_budget_comes_back_with_its_arguments_so_far_on_every_
     // Ollama: its tool_calls, arguments as an object, done_reason length.
     // Ollama's API has no tool_choice; a client forces the call with the header.
     let outputs = vec![ScriptedOutput::from(CALL.to_string())];
-    let backend = Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 8192, outputs).unwrap());
-    let state = state_with_settings(backend, false, LoopSettings::default()).await;
+    let state = TestServer::scripted(outputs).start().await.unwrap().state;
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let request = json!({"model": "scripted", "messages": user(), "tools": openai_tools(), "options": {"num_predict": CUT_AT}, "stream": false});
     let request = test::TestRequest::post()

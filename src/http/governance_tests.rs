@@ -4,18 +4,16 @@
 //! `GET /api/skills/{id}`, and `--skill` selecting for requests that name none.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
 use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
-use skillhost_actors::model::scripted::ScriptedBackend;
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_actors::skills::{Origin, Root};
 
-use crate::http::webui_tests::CHATML;
+use crate::http::test_server::{skills_config, TestServer};
 use crate::http::{configure, AppState};
+use crate::setup::StartupError;
+use skillhost_actors::StartError;
 
 fn write_skill(root: &Path, name: &str, frontmatter: &str) {
     std::fs::create_dir_all(root.join(name)).unwrap();
@@ -34,27 +32,12 @@ fn registry() -> tempfile::TempDir {
     dir
 }
 
-async fn start(root: &Path, selected: Vec<String>, outputs: Vec<&str>) -> Result<web::Data<AppState>, String> {
-    let backend = Arc::new(
-        ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs.into_iter().map(str::to_string).collect()).unwrap(),
-    );
-    let skills = SkillsConfig {
-        roots: vec![Root { path: root.to_path_buf(), origin: Origin::Discovered }],
-        install_dir: None,
-        watch: false,
-        poll: None,
-        selected,
-    };
-    let config = ServerConfig {
-        model: ModelSource::Provided(backend),
-        skills: Some(skills),
-        loop_settings: LoopSettings { multi_agent: MultiAgent::Off, ..LoopSettings::default() },
-        exec: None,
-        artifacts: None,
-    };
-    let server = Server::start(config).await?;
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    Ok(AppState::for_tests(server))
+async fn start(root: &Path, selected: Vec<String>, outputs: Vec<&str>) -> Result<web::Data<AppState>, StartupError> {
+    let roots = vec![Root { path: root.to_path_buf(), origin: Origin::Discovered }];
+    let settings = LoopSettings { multi_agent: MultiAgent::Off, ..LoopSettings::default() };
+    let server =
+        TestServer::scripted(outputs.into_iter().map(str::to_string)).skills(skills_config(roots, None, selected));
+    Ok(server.settings(settings).start().await?.state)
 }
 
 const READ_NOTES: &str =
@@ -118,7 +101,8 @@ async fn the_api_marks_governance_keys_and_counts_outcomes_by_surface() {
 async fn a_default_selection_applies_to_requests_that_name_none_and_must_exist() {
     let dir = registry();
     let refused = start(dir.path(), vec!["nope".into()], vec![]).await.err().unwrap();
-    assert_eq!(refused, "--skill nope: no such skill is registered; available: background, deploy, notes");
+    assert_eq!(refused.to_string(), "--skill nope: no such skill is registered; available: background, deploy, notes");
+    assert!(matches!(refused, StartupError::Actors(StartError::UnknownSkills { .. })), "{refused:?}");
 
     let read_deploy = "<tool_call>\n{\"name\": \"skills_read\", \"arguments\": {\"skill\": \"deploy\"}}\n</tool_call>";
     let state = start(dir.path(), vec!["deploy".into()], vec![read_deploy, "Deployed.", read_deploy, "Not here."])

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use skillhost_actors::chat_loop::LoopSettings;
-use skillhost_actors::model::scripted::ScriptedOutput;
 use skillhost_actors::tools::install::InstallSettings;
 
-use super::code_tests::{ask, call, harness, harness_exec, one_script_skill};
+use super::code_tests::{ask, call, harness, one_script_skill, start};
+use super::test_server::TestServer;
 
 /// Serves the files under `root` over HTTP on 127.0.0.1 (a folder's
 /// `index.html` or `index.json`), one request per connection: the
@@ -221,9 +221,8 @@ async fn the_host_installs_what_a_command_asks_for_and_what_it_was_missing() {
         "done".to_string(),
     ];
     let settings = LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
-    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
-    let harness =
-        harness_exec(outputs, Some(skills), true, settings, |exec| exec.install = Some(Arc::new(install))).await;
+    let server = TestServer::scripted(outputs).code_exec().skills_root(&skills).settings(settings);
+    let harness = start(server.exec_settings(|exec| exec.install = Some(Arc::new(install)))).await;
     let response = ask(&harness, "Install and use the probes.").await;
     assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
     // What the host installed is not something the model produced.
@@ -365,8 +364,8 @@ async fn the_installer_runs_and_reads_nothing_the_model_wrote() {
         "done".to_string(),
     ];
     let settings = LoopSettings { max_rounds: 24, allow_exec: true, ..LoopSettings::default() };
-    let outputs = outputs.into_iter().map(ScriptedOutput::from).collect();
-    let harness = harness_exec(outputs, None, true, settings, |exec| exec.install = Some(Arc::new(install))).await;
+    let server = TestServer::scripted(outputs).code_exec().settings(settings);
+    let harness = start(server.exec_settings(|exec| exec.install = Some(Arc::new(install)))).await;
     let response = ask(&harness, "Install the packages.").await;
     assert_eq!(response["choices"][0]["message"]["content"], "done", "{response}");
     let last = harness.backend.prompts().pop().unwrap();

@@ -36,23 +36,6 @@ pub struct AppState {
     pub responses: responses::Store,
 }
 
-impl AppState {
-    /// The app state the route tests use: default keys, admission and
-    /// store, fresh metrics.
-    #[cfg(test)]
-    pub fn for_tests(server: Server) -> web::Data<AppState> {
-        web::Data::new(AppState {
-            server,
-            metrics: metrics::Metrics::new().expect("metrics"),
-            started_at: 0,
-            keep_alive: webui::KEEP_ALIVE,
-            access: Default::default(),
-            admission: Default::default(),
-            responses: Default::default(),
-        })
-    }
-}
-
 /// Registers every route behind the access gate; `main` and the tests
 /// build the app through this.
 pub fn configure(config: &mut web::ServiceConfig) {
@@ -189,6 +172,9 @@ fn routes(config: &mut web::ServiceConfig) {
         )
         .default_service(web::to(ops::not_found));
 }
+
+#[cfg(test)]
+pub(crate) mod test_server;
 
 #[cfg(test)]
 mod tests;

@@ -21,11 +21,10 @@ use actix_web::{test, App};
 use serde_json::Value;
 use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_actors::skills::{Origin, Root};
 
-use crate::http::{configure, AppState};
+use crate::http::configure;
+use crate::http::test_server::{skills_config, TestServer};
 
 fn scenarios_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
@@ -92,36 +91,21 @@ async fn run(dir: &Path, script: &Value, request: &Value, stream: bool) -> Run {
     if dir.join("skills").is_dir() {
         roots.push(Root { path: dir.join("skills"), origin: Origin::Discovered });
     }
-    let skills = SkillsConfig {
-        roots,
-        install_dir: None,
-        watch: false,
-        poll: None,
-        // `"selected"`: the operator's `--skill` selection.
-        selected: script["selected"]
-            .as_array()
-            .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_string).collect())
-            .unwrap_or_default(),
-    };
-    let loop_settings = loop_settings(script);
-    let config = ServerConfig {
-        model: ModelSource::Provided(backend.clone()),
-        skills: Some(skills),
-        loop_settings,
-        exec: None,
-        artifacts: None,
-    };
-    let server = Server::start(config).await.unwrap();
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = AppState::for_tests(server.clone());
-    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    // `"selected"`: the operator's `--skill` selection.
+    let selected = script["selected"]
+        .as_array()
+        .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let server = TestServer::on(backend.clone()).skills(skills_config(roots, None, selected));
+    let state = server.settings(loop_settings(script)).start().await.unwrap().state;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     let mut request = request.clone();
     request["stream"] = Value::Bool(stream);
     let response =
         test::call_service(&app, test::TestRequest::post().uri("/v1/chat/completions").set_json(request).to_request())
             .await;
     let body = test::read_body(response).await.to_vec();
-    server.shutdown();
+    state.server.shutdown();
     let mut prompts: Vec<(String, Vec<String>)> = Vec::new();
     for (agent, prompt) in backend.agents().into_iter().zip(backend.prompts()) {
         match prompts.iter_mut().find(|(known, _)| *known == agent) {

@@ -2,44 +2,14 @@
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
-use skillhost_engine::EngineConfig;
 
 use crate::http::body::MAX_JSON_BODY_BYTES;
-use crate::http::{configure, metrics::Metrics, AppState};
-
-fn model_path() -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.exists(), "{} is missing: run `make model`", path.display());
-    path
-}
+use crate::http::test_server::TestServer;
+use crate::http::{configure, AppState};
 
 async fn state(n_ctx: u32) -> web::Data<AppState> {
-    let config = EngineConfig {
-        model_path: model_path(),
-        n_ctx: Some(n_ctx),
-        n_parallel: 2,
-        n_threads: None,
-        ..Default::default()
-    };
-    let server = match Server::start(ServerConfig::new(config, None)).await {
-        Ok(s) => s,
-        Err(err) => panic!("{err}"),
-    };
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }), "the model did not load");
-    let metrics = match Metrics::new() {
-        Ok(m) => m,
-        Err(err) => panic!("{err}"),
-    };
-    web::Data::new(AppState {
-        server,
-        metrics,
-        started_at: 0,
-        keep_alive: crate::http::webui::KEEP_ALIVE,
-        access: Default::default(),
-        admission: Default::default(),
-        responses: Default::default(),
-    })
+    let running = TestServer::real_model(n_ctx, 2).start().await;
+    running.unwrap_or_else(|err| panic!("{err}")).state
 }
 
 fn france(stream: bool) -> Value {
@@ -328,8 +298,6 @@ async fn health_models_and_metrics() {
 
 #[actix_web::test]
 async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_real_model_on_every_route() {
-    use skillhost_actors::model::ModelSource;
-    use skillhost_actors::skills::{Origin, Root, SkillsConfig};
     let dir = tempfile::tempdir().unwrap();
     let skill = dir.path().join("greeting");
     std::fs::create_dir_all(&skill).unwrap();
@@ -338,30 +306,7 @@ async fn a_skills_request_reads_in_round_one_and_answers_in_round_two_on_the_rea
         "---\nname: greeting\ndescription: How to greet visitors. Use when asked to greet someone.\n---\nGreet with the words: Welcome aboard.\n",
     )
     .unwrap();
-    let skills = SkillsConfig {
-        roots: vec![Root { path: dir.path().to_path_buf(), origin: Origin::Discovered }],
-        install_dir: None,
-        watch: false,
-        poll: None,
-        selected: Vec::new(),
-    };
-    let engine = EngineConfig {
-        model_path: model_path(),
-        n_ctx: Some(4096),
-        n_parallel: 1,
-        n_threads: None,
-        ..Default::default()
-    };
-    let config = ServerConfig {
-        model: ModelSource::Load(engine),
-        skills: Some(skills),
-        loop_settings: Default::default(),
-        exec: None,
-        artifacts: None,
-    };
-    let server = Server::start(config).await.unwrap();
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    let state = AppState::for_tests(server);
+    let state = TestServer::real_model(4096, 1).skills_root(dir.path()).start().await.unwrap().state;
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     // Round 1 is held to a skills_read call by the grammar (the default
     // model's template cannot declare tools, so this is the generic mode).

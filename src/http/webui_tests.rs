@@ -2,50 +2,28 @@
 //! two-round skills request in order and shape, `/api/models`, the page's
 //! headers, and the refusals.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::ScriptedBackend;
-use skillhost_actors::model::ModelSource;
-use skillhost_actors::skills::{Origin, Root, SkillsConfig};
-use skillhost_actors::{ModelStatus, Server, ServerConfig};
 
+use crate::http::test_server::{TestServer, CHATML};
 use crate::http::{configure, AppState};
 
-pub(super) const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
 async fn state(outputs: Vec<String>, skills: bool) -> web::Data<AppState> {
-    state_with(Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap()), skills).await
+    start(TestServer::scripted(outputs), skills).await
 }
 
 /// The app on `backend`, with the scenario skills when `skills`.
 async fn state_with(backend: Arc<ScriptedBackend>, skills: bool) -> web::Data<AppState> {
-    state_with_settings(backend, skills, LoopSettings::default()).await
+    start(TestServer::on(backend), skills).await
 }
 
-pub(super) async fn state_with_settings(
-    backend: Arc<ScriptedBackend>,
-    skills: bool,
-    loop_settings: LoopSettings,
-) -> web::Data<AppState> {
-    let skills = skills.then(|| SkillsConfig {
-        roots: vec![Root {
-            path: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills"),
-            origin: Origin::Discovered,
-        }],
-        install_dir: None,
-        watch: false,
-        poll: None,
-        selected: Vec::new(),
-    });
-    let config =
-        ServerConfig { model: ModelSource::Provided(backend), skills, loop_settings, exec: None, artifacts: None };
-    let server = Server::start(config).await.unwrap();
-    assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }));
-    AppState::for_tests(server)
+async fn start(server: TestServer, skills: bool) -> web::Data<AppState> {
+    let server = if skills { server.scenario_skills() } else { server };
+    server.start().await.unwrap().state
 }
 
 /// The `data:` frames of an SSE body, parsed.
@@ -580,7 +558,9 @@ async fn the_operators_temperature_and_budget_fill_in_only_for_requests_that_set
     let backend = Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 8192, outputs).unwrap());
     let settings = LoopSettings { temperature: Some(0.0), max_tokens: Some(1), ..LoopSettings::default() };
     let app = test::init_service(
-        App::new().app_data(state_with_settings(backend.clone(), false, settings).await).configure(configure),
+        App::new()
+            .app_data(start(TestServer::on(backend.clone()).settings(settings), false).await)
+            .configure(configure),
     )
     .await;
     let unset = json!({"input": "x"});

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::launch::{Ran, Run, SandboxMode};
+use super::launch::{LaunchError, Ran, Run, SandboxMode};
 use super::ExecSettings;
 use crate::task::AbortOnDrop;
 
@@ -86,7 +86,7 @@ pub struct SandboxActor;
 pub enum SandboxMsg {
     /// Sent by a workspace actor answering a tool call: run one command. The
     /// reply is the result, or the sentence saying why it did not run.
-    Run { job: Job, reply: RpcReplyPort<Result<Finished, String>> },
+    Run { job: Job, reply: RpcReplyPort<Result<Finished, NotRun>> },
     /// Sent by a command's own task when it ended: forget its handle.
     Ended(u64),
     /// Sent by a workspace actor before a call: how commands run here (the
@@ -105,9 +105,32 @@ pub struct SandboxState {
     next: u64,
 }
 
+/// Why a command did not run. Each is a failed call, never the request's
+/// end: the model reads [`NotRun::sentence`] and the turn goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRun {
+    /// `--skills-sandbox required` on a host that cannot confine commands.
+    #[error("this server only runs commands inside its sandbox, and this host cannot provide one ({reason})")]
+    Unconfinable { reason: String },
+    /// The helper could not be started or watched.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// The request's sandbox actor is gone: the request is ending.
+    #[error("the request's sandbox is gone")]
+    Gone,
+}
+
+impl NotRun {
+    /// The sentence the model reads; `what` is what did not run ("command",
+    /// "script").
+    pub fn sentence(&self, what: &str) -> String {
+        format!("The {what} did not run: {self}.")
+    }
+}
+
 /// Whether a run may go ahead, and unconfined or not: `Ok((unconfined,
-/// gaps))`, or the refusal the model reads.
-pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, Option<String>), String> {
+/// gaps))`, or why it may not.
+pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, Option<String>), NotRun> {
     let by_choice = match purpose {
         Purpose::Shell | Purpose::SyntaxCheck | Purpose::Probe => settings.shell_unconfined,
         // The installer runs as root would otherwise; it stays confined.
@@ -124,9 +147,7 @@ pub fn confinement(settings: &ExecSettings, purpose: Purpose) -> Result<(bool, O
         (_, SandboxMode::Off) => {
             Ok((true, Some("Not confined on this host: everything; the sandbox is switched off.".into())))
         }
-        (Some(reason), SandboxMode::Required) => Err(format!(
-            "The command did not run: this server only runs commands inside its sandbox, and this host cannot provide one ({reason})."
-        )),
+        (Some(reason), SandboxMode::Required) => Err(NotRun::Unconfinable { reason: reason.clone() }),
         (Some(reason), SandboxMode::Preferred) => {
             Ok((true, Some(format!("Not confined on this host: everything; the sandbox is unavailable ({reason})."))))
         }
@@ -210,7 +231,7 @@ async fn run_job(
     job: &Job,
     unconfined: bool,
     started: impl FnOnce(i32),
-) -> Result<Ran, String> {
+) -> Result<Ran, NotRun> {
     let profile = match job.purpose {
         Purpose::Shell | Purpose::SyntaxCheck | Purpose::Probe | Purpose::Install => "code-exec",
         Purpose::Script => "skills-run",
@@ -259,7 +280,7 @@ async fn run_job(
         proxy: job.proxy.as_ref(),
         timeout: job.timeout,
     };
-    settings.launcher.run_with(&run, started).await.map_err(|err| format!("The command did not run: {err}."))
+    Ok(settings.launcher.run_with(&run, started).await?)
 }
 
 /// How commands run on a request's sandbox actor; `None` when it is gone.
@@ -271,12 +292,12 @@ pub async fn settings(sandbox: &ActorRef<SandboxMsg>) -> Option<Arc<ExecSettings
 }
 
 /// Runs a job on a request's sandbox actor and waits for its end.
-pub async fn run(sandbox: &ActorRef<SandboxMsg>, job: Job) -> Result<Finished, String> {
+pub async fn run(sandbox: &ActorRef<SandboxMsg>, job: Job) -> Result<Finished, NotRun> {
     // The reply comes when the command ends, which the launcher bounds by
     // the job's own deadline; the slack covers start-up and clean-up.
     let wait = job.timeout + Duration::from_secs(30);
     match sandbox.call(|reply| SandboxMsg::Run { job, reply }, Some(wait)).await {
         Ok(ractor::rpc::CallResult::Success(result)) => result,
-        Ok(_) | Err(_) => Err("The command did not run: the request's sandbox is gone.".into()),
+        Ok(_) | Err(_) => Err(NotRun::Gone),
     }
 }

@@ -25,9 +25,21 @@ pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const CA_VARIABLES: [&str; 6] =
     ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"];
 
+/// Why an operator's CA bundle is refused: the server does not start with
+/// it (a bad bundle is a bad flag).
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("--ca-bundle {name}: {source}")]
+    Unreadable { name: String, source: std::io::Error },
+    #[error("--ca-bundle {name}: {size} bytes is past the {MAX_CA_BUNDLE_BYTES}-byte limit for a CA bundle")]
+    TooLarge { name: String, size: u64 },
+    #[error("--ca-bundle {name}: holds no certificate that parses")]
+    NoCertificate { name: String },
+}
+
 /// The certificates of one bundle's text that parse as trust anchors, as
 /// PEM; an error when it holds none.
-pub fn certificates(name: &str, bytes: &[u8]) -> Result<Vec<String>, String> {
+pub fn certificates(name: &str, bytes: &[u8]) -> Result<Vec<String>, CaError> {
     let mut kept = Vec::new();
     for item in CertificateDer::pem_slice_iter(bytes) {
         let Ok(cert) = item else { continue };
@@ -37,7 +49,7 @@ pub fn certificates(name: &str, bytes: &[u8]) -> Result<Vec<String>, String> {
         kept.push(pem(&cert));
     }
     if kept.is_empty() {
-        return Err(format!("--ca-bundle {name}: holds no certificate that parses"));
+        return Err(CaError::NoCertificate { name: name.to_string() });
     }
     Ok(kept)
 }
@@ -56,17 +68,16 @@ fn pem(cert: &CertificateDer<'_>) -> String {
 
 /// Reads the operator's bundles, each checked against the size cap before
 /// it is read whole.
-pub fn read_bundles(paths: &[PathBuf]) -> Result<Vec<String>, String> {
+pub fn read_bundles(paths: &[PathBuf]) -> Result<Vec<String>, CaError> {
     let mut all = Vec::new();
     for path in paths {
         let name = path.display().to_string();
-        let size = std::fs::metadata(path).map_err(|err| format!("--ca-bundle {name}: {err}"))?.len();
+        let unreadable = |source| CaError::Unreadable { name: name.clone(), source };
+        let size = std::fs::metadata(path).map_err(unreadable)?.len();
         if size > MAX_CA_BUNDLE_BYTES {
-            return Err(format!(
-                "--ca-bundle {name}: {size} bytes is past the {MAX_CA_BUNDLE_BYTES}-byte limit for a CA bundle"
-            ));
+            return Err(CaError::TooLarge { name, size });
         }
-        let bytes = std::fs::read(path).map_err(|err| format!("--ca-bundle {name}: {err}"))?;
+        let bytes = std::fs::read(path).map_err(unreadable)?;
         all.extend(certificates(&name, &bytes)?);
     }
     Ok(all)
@@ -106,7 +117,7 @@ mod tests {
         let bundle = format!("# corporate roots, see /srv/secret/notes\n{key}{root}{junk}");
         assert_eq!(certificates("b.pem", bundle.as_bytes()).unwrap(), std::slice::from_ref(&root));
         let err = certificates("k.pem", key.as_bytes()).unwrap_err();
-        assert!(err.contains("holds no certificate"), "{err}");
+        assert_eq!(err.to_string(), "--ca-bundle k.pem: holds no certificate that parses");
     }
 
     #[test]
@@ -121,8 +132,10 @@ mod tests {
         let past = dir.path().join("past.pem");
         text.push(' ');
         std::fs::write(&past, &text).unwrap();
-        let err = read_bundles(&[past]).unwrap_err();
-        assert!(err.contains("past the 16777216-byte limit"), "{err}");
+        let err = read_bundles(std::slice::from_ref(&past)).unwrap_err();
+        let expected =
+            format!("--ca-bundle {}: 16777217 bytes is past the 16777216-byte limit for a CA bundle", past.display());
+        assert_eq!(err.to_string(), expected);
         let snapshot = dir.path().join("snapshot.pem");
         write_snapshot(&snapshot, std::slice::from_ref(&root)).unwrap();
         let written = std::fs::read_to_string(&snapshot).unwrap();

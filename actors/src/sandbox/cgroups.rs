@@ -107,12 +107,41 @@ fn random_name(prefix: &str) -> String {
     format!("{prefix}{}", Alphanumeric.sample_string(&mut rand::rng(), 12).to_ascii_lowercase())
 }
 
+/// Why commands get no control groups of their own on this host: the
+/// server runs on with per-process limits only, and says so (the doctor,
+/// the start-up log, every command's note of what was not confined).
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("the server does not run as root")]
+    NotRoot,
+    /// No cgroup2 file system, or the server's group is not in one.
+    #[error("not mounted")]
+    NotMounted,
+    /// cgroup v2 without a controller commands need.
+    #[error("the {0} controller is not available to the server's group")]
+    NoController(&'static str),
+    /// cgroup v1 without a controller commands need.
+    #[error("the {0} controller is not mounted")]
+    NotMountedFor(&'static str),
+    /// A step of making the groups failed.
+    #[error("{step} {}: {source}", path.display())]
+    Step { step: &'static str, path: PathBuf, source: std::io::Error },
+    /// Neither tree can be used; why not, for each.
+    #[error("cgroup v2: {v2}; cgroup v1: {v1}")]
+    Neither { v2: Box<CgroupError>, v1: Box<CgroupError> },
+}
+
+fn failed(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError {
+    let path = path.to_path_buf();
+    move |source| CgroupError::Step { step, path, source }
+}
+
 impl Cgroups {
     /// Sets up command groups under this process's own, or says why not.
-    pub fn detect(limits: GroupLimits) -> Result<Cgroups, String> {
+    pub fn detect(limits: GroupLimits) -> Result<Cgroups, CgroupError> {
         // SAFETY: plain getter.
         if unsafe { libc::geteuid() } != 0 {
-            return Err("the server does not run as root".into());
+            return Err(CgroupError::NotRoot);
         }
         let groups = own_groups();
         let mounts = cgroup_mounts();
@@ -122,39 +151,41 @@ impl Cgroups {
         };
         match Self::setup_v1(&groups, &mounts) {
             Ok(parents) => Ok(Cgroups { layout: Layout::V1 { parents }, limits, budget: None }),
-            Err(v1) => Err(format!("cgroup v2: {v2}; cgroup v1: {v1}")),
+            Err(v1) => Err(CgroupError::Neither { v2: Box::new(v2), v1: Box::new(v1) }),
         }
     }
 
-    fn setup_v2(groups: &[(String, String)], mounts: &[(String, String, PathBuf)]) -> Result<PathBuf, String> {
+    fn setup_v2(groups: &[(String, String)], mounts: &[(String, String, PathBuf)]) -> Result<PathBuf, CgroupError> {
         let path = groups.iter().find(|(controllers, _)| controllers.is_empty()).map(|(_, p)| p.clone());
         let mount = mounts.iter().find(|(fs, _, _)| fs == "cgroup2").map(|(_, _, m)| m.clone());
-        let (Some(path), Some(mount)) = (path, mount) else { return Err("not mounted".into()) };
+        let (Some(path), Some(mount)) = (path, mount) else { return Err(CgroupError::NotMounted) };
         let own = mount.join(path.trim_start_matches('/'));
         let controllers = std::fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
         for needed in ["memory", "pids"] {
             if !controllers.split_whitespace().any(|c| c == needed) {
-                return Err(format!("the {needed} controller is not available to the server's group"));
+                return Err(CgroupError::NoController(needed));
             }
         }
         let cpu = controllers.split_whitespace().any(|c| c == "cpu");
         // A group with processes cannot hand controllers to children, so the
         // server moves itself into a leaf of its own group first.
         let leaf = own.join(random_name("skillhost-server-"));
-        std::fs::create_dir(&leaf).map_err(|err| format!("cannot create {}: {err}", leaf.display()))?;
+        std::fs::create_dir(&leaf).map_err(failed("cannot create", &leaf))?;
         write(&leaf.join("cgroup.procs"), &std::process::id().to_string())
-            .map_err(|err| format!("cannot move the server into {}: {err}", leaf.display()))?;
+            .map_err(failed("cannot move the server into", &leaf))?;
         let enable = if cpu { "+memory +pids +cpu" } else { "+memory +pids" };
-        write(&own.join("cgroup.subtree_control"), enable)
-            .map_err(|err| format!("cannot enable controllers in {}: {err}", own.display()))?;
+        write(&own.join("cgroup.subtree_control"), enable).map_err(failed("cannot enable controllers in", &own))?;
         let parent = own.join(random_name("skillhost-"));
-        std::fs::create_dir(&parent).map_err(|err| format!("cannot create {}: {err}", parent.display()))?;
+        std::fs::create_dir(&parent).map_err(failed("cannot create", &parent))?;
         write(&parent.join("cgroup.subtree_control"), enable)
-            .map_err(|err| format!("cannot enable controllers in {}: {err}", parent.display()))?;
+            .map_err(failed("cannot enable controllers in", &parent))?;
         Ok(parent)
     }
 
-    fn setup_v1(groups: &[(String, String)], mounts: &[(String, String, PathBuf)]) -> Result<Vec<PathBuf>, String> {
+    fn setup_v1(
+        groups: &[(String, String)],
+        mounts: &[(String, String, PathBuf)],
+    ) -> Result<Vec<PathBuf>, CgroupError> {
         let mut parents = Vec::new();
         let name = random_name("skillhost-");
         for (controller, required) in [("memory", true), ("pids", true), ("cpu", false)] {
@@ -164,7 +195,7 @@ impl Cgroups {
                 mounts.iter().find(|(fs, options, _)| fs == "cgroup" && has(options)).map(|(_, _, m)| m.clone());
             let (Some(path), Some(mount)) = (path, mount) else {
                 if required {
-                    return Err(format!("the {controller} controller is not mounted"));
+                    return Err(CgroupError::NotMountedFor(controller));
                 }
                 continue;
             };
@@ -174,7 +205,7 @@ impl Cgroups {
                     let _ = std::fs::remove_dir(made);
                 }
                 if required {
-                    return Err(format!("cannot create {}: {err}", parent.display()));
+                    return Err(failed("cannot create", &parent)(err));
                 }
                 continue;
             }

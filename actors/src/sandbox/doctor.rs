@@ -55,7 +55,7 @@ pub async fn checks(launcher: &Launcher, scratch: &Path, owner: Option<(u32, u32
                     detail: ran.stderr.lines().last().unwrap_or_default().to_string(),
                 }
             }
-            Err(err) => Check { what, kept: false, detail: err },
+            Err(err) => Check { what, kept: false, detail: err.to_string() },
         };
         out.push(check);
     }

@@ -84,6 +84,18 @@ fn version_of(program: &Path, label: &str) -> Option<String> {
     }
 }
 
+/// Why an `--interpreter` entry is refused: the server does not start
+/// with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterpreterError {
+    #[error("--interpreter '{entry}': expected EXT=PATH, or EXT= to remove one")]
+    Malformed { entry: String },
+    #[error("--interpreter '{entry}': '{ext}' is not a file extension")]
+    NotAnExtension { entry: String, ext: String },
+    #[error("--interpreter '{entry}': {} is not an executable file", program.display())]
+    NotExecutable { entry: String, program: PathBuf },
+}
+
 impl Interpreters {
     /// What the host has in [`SEARCH_PATH`].
     pub fn detect() -> Interpreters {
@@ -126,14 +138,13 @@ impl Interpreters {
     /// Applies the operator's `EXT=PATH` (replace or add) and `EXT=`
     /// (remove) entries. A replacement must be an absolute path to an
     /// executable file, checked now rather than on the first script.
-    pub fn with_overrides(mut self, entries: &[String]) -> Result<Interpreters, String> {
+    pub fn with_overrides(mut self, entries: &[String]) -> Result<Interpreters, InterpreterError> {
         for entry in entries {
-            let (ext, program) = entry
-                .split_once('=')
-                .ok_or_else(|| format!("--interpreter '{entry}': expected EXT=PATH, or EXT= to remove one"))?;
+            let (ext, program) =
+                entry.split_once('=').ok_or_else(|| InterpreterError::Malformed { entry: entry.clone() })?;
             let ext = ext.trim().trim_start_matches('.').to_ascii_lowercase();
             if ext.is_empty() || !ext.chars().all(|c| c.is_ascii_alphanumeric()) {
-                return Err(format!("--interpreter '{entry}': '{ext}' is not a file extension"));
+                return Err(InterpreterError::NotAnExtension { entry: entry.clone(), ext });
             }
             if program.is_empty() {
                 self.table.remove(&ext);
@@ -141,7 +152,7 @@ impl Interpreters {
             }
             let program = PathBuf::from(program);
             if !program.is_absolute() || !executable(&program) {
-                return Err(format!("--interpreter '{entry}': {} is not an executable file", program.display()));
+                return Err(InterpreterError::NotExecutable { entry: entry.clone(), program });
             }
             if ext == "py" {
                 let minor = program.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("python3."));
@@ -248,14 +259,35 @@ mod tests {
         let python12 = found.clone().with_overrides(&[format!("py={}", other.display())]).unwrap();
         assert_eq!(python12.python().unwrap().version, "3.12", "the shell's python follows the table");
 
-        for (entry, why) in [
-            ("py", "expected EXT=PATH"),
-            ("=/bin/sh", "is not a file extension"),
-            ("py=python3", "is not an executable file"),
-            ("py=/nonexistent/python3", "is not an executable file"),
+        let entry = |e: &str| e.to_string();
+        for (given, expected, message) in [
+            (
+                "py",
+                InterpreterError::Malformed { entry: entry("py") },
+                "--interpreter 'py': expected EXT=PATH, or EXT= to remove one",
+            ),
+            (
+                "=/bin/sh",
+                InterpreterError::NotAnExtension { entry: entry("=/bin/sh"), ext: String::new() },
+                "--interpreter '=/bin/sh': '' is not a file extension",
+            ),
+            (
+                "py=python3",
+                InterpreterError::NotExecutable { entry: entry("py=python3"), program: "python3".into() },
+                "--interpreter 'py=python3': python3 is not an executable file",
+            ),
+            (
+                "py=/nonexistent/python3",
+                InterpreterError::NotExecutable {
+                    entry: entry("py=/nonexistent/python3"),
+                    program: "/nonexistent/python3".into(),
+                },
+                "--interpreter 'py=/nonexistent/python3': /nonexistent/python3 is not an executable file",
+            ),
         ] {
-            let err = found.clone().with_overrides(&[entry.to_string()]).unwrap_err();
-            assert!(err.contains(why), "{entry}: {err}");
+            let err = found.clone().with_overrides(&[given.to_string()]).unwrap_err();
+            assert_eq!(err, expected);
+            assert_eq!(err.to_string(), message);
         }
     }
 }

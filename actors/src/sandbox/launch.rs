@@ -5,6 +5,7 @@
 //! explicit working folder, stdin closed, and its own process group, so that
 //! a timeout or a cancelled request kills everything the command started.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -13,7 +14,32 @@ use tokio::io::AsyncReadExt;
 
 use super::cgroups::{Cgroups, CommandGroup};
 use super::egress::Egress;
+use super::helper_args::{self, HelperArgs};
 use std::sync::Arc;
+
+/// Why the helper could not be started or watched: the command did not run
+/// (or its end was not seen), which the model is told in one sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The command's control group could not be made (the host's cgroups
+    /// are gone, or the memory reserved for commands is taken).
+    #[error("cannot create the command's control group: {0}")]
+    ControlGroup(std::io::Error),
+    /// The socket pair the installer's listener comes back on.
+    #[error("cannot make the installer's channel: {0}")]
+    Channel(std::io::Error),
+    /// The helper binary could not be started.
+    #[error("cannot start the sandbox helper: {0}")]
+    Spawn(std::io::Error),
+    /// The helper started without the pipe asked for.
+    #[error("the helper has no {0}")]
+    NoPipe(&'static str),
+    #[error("cannot wait for the command: {0}")]
+    Wait(std::io::Error),
+    /// The task reading the output ended without its output.
+    #[error("cannot read the output: {0}")]
+    Output(tokio::task::JoinError),
+}
 
 /// Bytes of stdout and of stderr kept per command.
 pub const OUTPUT_CAP_BYTES: usize = 32 * 1024;
@@ -128,35 +154,25 @@ impl Launcher {
         channel: Option<std::os::fd::RawFd>,
     ) -> std::process::Command {
         use std::os::unix::process::CommandExt;
+        let args = HelperArgs {
+            profile_dir: self.profile_dir.clone(),
+            profile: run.profile.to_string(),
+            workspace: run.workspace.to_path_buf(),
+            skill: run.skill.map(Path::to_path_buf),
+            read: run.read.to_vec(),
+            allow_network: run.network,
+            unconfined: run.unconfined,
+            start_in: run.start_in.map(str::to_string),
+            proxy_channel: channel,
+            uid: run.owner.map(|(uid, _)| uid),
+            gid: run.owner.map(|(_, gid)| gid),
+            cgroups: group.map(|group| group.dirs().to_vec()).unwrap_or_default(),
+            env: run.env.to_vec(),
+            command: run.command.iter().map(OsString::from).collect(),
+        };
         let mut command = std::process::Command::new(&self.helper);
-        command
-            .arg("sandbox-exec")
-            .arg("--profile-dir")
-            .arg(&self.profile_dir)
-            .arg("--profile")
-            .arg(run.profile)
-            .arg("--workspace")
-            .arg(run.workspace);
-        if let Some((uid, gid)) = run.owner {
-            command.arg("--uid").arg(uid.to_string()).arg("--gid").arg(gid.to_string());
-        }
-        if let Some(skill) = run.skill {
-            command.arg("--skill").arg(skill);
-        }
-        for path in run.read {
-            command.arg("--read").arg(path);
-        }
-        if run.network {
-            command.arg("--allow-network");
-        }
-        if run.unconfined {
-            command.arg("--unconfined");
-        }
-        if let Some(folder) = run.start_in {
-            command.arg("--start-in").arg(folder);
-        }
+        command.arg(helper_args::SUBCOMMAND).args(args.render());
         if let Some(fd) = channel {
-            command.arg("--proxy-channel").arg(fd.to_string());
             // SAFETY: between fork and exec only fcntl runs, which is
             // async-signal-safe. The descriptor is made inheritable in the
             // child alone: marking it in the server would let any other
@@ -170,13 +186,6 @@ impl Launcher {
                 });
             }
         }
-        for dir in group.map(CommandGroup::dirs).unwrap_or_default() {
-            command.arg("--cgroup").arg(dir);
-        }
-        for (name, value) in run.env {
-            command.arg("--env").arg(format!("{name}={value}"));
-        }
-        command.arg("--").args(run.command);
         // Nothing of the server's environment reaches a command but these.
         command.env_clear();
         for name in PASSED {
@@ -194,17 +203,15 @@ impl Launcher {
     }
 
     /// Runs one command through the helper.
-    pub async fn run(&self, run: &Run<'_>) -> Result<Ran, String> {
+    pub async fn run(&self, run: &Run<'_>) -> Result<Ran, LaunchError> {
         self.run_with(run, |_| {}).await
     }
 
     /// [`Launcher::run`], telling `started` the process group id as soon as
     /// the helper runs, so an owner can kill the group at once if it must.
-    pub async fn run_with(&self, run: &Run<'_>, started: impl FnOnce(i32)) -> Result<Ran, String> {
+    pub async fn run_with(&self, run: &Run<'_>, started: impl FnOnce(i32)) -> Result<Ran, LaunchError> {
         let group = match &self.cgroups {
-            Some(cgroups) => {
-                Some(cgroups.create().map_err(|err| format!("cannot create the command's control group: {err}"))?)
-            }
+            Some(cgroups) => Some(cgroups.create().map_err(LaunchError::ControlGroup)?),
             None => None,
         };
         let result = self.run_in(run, group.as_ref(), started).await;
@@ -222,14 +229,11 @@ impl Launcher {
         run: &Run<'_>,
         group: Option<&CommandGroup>,
         started: impl FnOnce(i32),
-    ) -> Result<Ran, String> {
+    ) -> Result<Ran, LaunchError> {
         use std::os::fd::AsRawFd;
         let began = std::time::Instant::now();
         let pair = match run.proxy {
-            Some(_) => Some(
-                std::os::unix::net::UnixStream::pair()
-                    .map_err(|err| format!("cannot make the installer's channel: {err}"))?,
-            ),
+            Some(_) => Some(std::os::unix::net::UnixStream::pair().map_err(LaunchError::Channel)?),
             None => None,
         };
         let channel = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
@@ -239,13 +243,13 @@ impl Launcher {
         // The helper has its own copy now; with ours closed, a helper that
         // fails before sending the listener ends the wait below at once.
         let ours = pair.map(|(ours, _theirs)| ours);
-        let mut child = spawned.map_err(|err| format!("cannot start the sandbox helper: {err}"))?;
+        let mut child = spawned.map_err(LaunchError::Spawn)?;
         let guard = GroupGuard(child.id().map(|id| id as i32));
         if let Some(pgid) = guard.0 {
             started(pgid);
         }
-        let stdout = child.stdout.take().ok_or("the helper has no stdout")?;
-        let stderr = child.stderr.take().ok_or("the helper has no stderr")?;
+        let stdout = child.stdout.take().ok_or(LaunchError::NoPipe("stdout"))?;
+        let stderr = child.stderr.take().ok_or(LaunchError::NoPipe("stderr"))?;
         let outputs = tokio::spawn(async move { tokio::join!(read_capped(stdout), read_capped(stderr)) });
         // The proxy serves the installer's listener until the run ends (the
         // handle drops with this function). Without one the installer finds
@@ -262,15 +266,14 @@ impl Launcher {
                 status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|s| 128 + s)),
                 false,
             ),
-            Ok(Err(err)) => return Err(format!("cannot wait for the command: {err}")),
+            Ok(Err(err)) => return Err(LaunchError::Wait(err)),
             Err(_) => (None, true),
         };
         // The group dies either way: a background child must not outlive its call.
         drop(guard);
         drop(serving);
         let _ = child.wait().await;
-        let ((stdout, out_cut), (stderr, err_cut)) =
-            outputs.await.map_err(|err| format!("cannot read the output: {err}"))?;
+        let ((stdout, out_cut), (stderr, err_cut)) = outputs.await.map_err(LaunchError::Output)?;
         Ok(Ran {
             exit_code,
             stdout: String::from_utf8_lossy(&stdout).into_owned(),

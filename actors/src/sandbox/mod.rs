@@ -10,6 +10,7 @@ pub mod ca;
 pub mod cgroups;
 pub mod doctor;
 pub mod egress;
+pub mod helper_args;
 pub mod installs;
 pub mod interpreters;
 pub mod launch;

@@ -32,33 +32,50 @@ use rustix::net::{
 
 pub use super::egress::NAMESPACE_PORT;
 
+/// Why the installer's network could not be made; the helper stops and the
+/// install is reported as not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateNetError {
+    /// A step failed on this host (no namespaces, no loopback, no socket).
+    #[error("cannot {step}: {source}")]
+    Step { step: String, source: std::io::Error },
+    /// The listener does not fit in the message that carries it.
+    #[error("cannot pass the installer's listener: no room in the message")]
+    NoRoom,
+}
+
+fn failed<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) -> PrivateNetError {
+    let step = step.into();
+    move |err| PrivateNetError::Step { step, source: err.into() }
+}
+
 /// Helper side: a new network namespace for this process holding only a
 /// loopback interface, a listener on 127.0.0.1:[`NAMESPACE_PORT`] in it,
 /// and that listener sent over `channel`. Must run before any thread
 /// exists (a new user namespace requires it).
-pub fn make_and_hand_over(channel: OwnedFd) -> Result<(), String> {
+pub fn make_and_hand_over(channel: OwnedFd) -> Result<(), PrivateNetError> {
     enter_own_namespace()?;
-    loopback_up().map_err(|err| format!("cannot bring up the loopback interface of the installer's network: {err}"))?;
+    loopback_up().map_err(failed("bring up the loopback interface of the installer's network"))?;
     let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, NAMESPACE_PORT))
-        .map_err(|err| format!("cannot listen in the installer's network: {err}"))?;
+        .map_err(failed("listen in the installer's network"))?;
     let fds = [listener.as_fd()];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err("cannot pass the installer's listener: no room in the message".into());
+        return Err(PrivateNetError::NoRoom);
     }
     sendmsg(&channel, &[IoSlice::new(b"L")], &mut control, SendFlags::empty())
-        .map_err(|err| format!("cannot pass the installer's listener to the server: {err}"))?;
+        .map_err(failed("pass the installer's listener to the server"))?;
     Ok(())
 }
 
-fn enter_own_namespace() -> Result<(), String> {
+fn enter_own_namespace() -> Result<(), PrivateNetError> {
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if uid == 0 {
         // SAFETY: unshare with constant flags changes only this process.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("cannot make the installer's network: {}", std::io::Error::last_os_error()));
+            return Err(failed("make the installer's network")(std::io::Error::last_os_error()));
         }
         return Ok(());
     }
@@ -66,11 +83,11 @@ fn enter_own_namespace() -> Result<(), String> {
     // process's own ids mapped to themselves (the sandbox nests in it).
     // SAFETY: as above; the process is single-threaded.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("cannot make the installer's network: {}", std::io::Error::last_os_error()));
+        return Err(failed("make the installer's network")(std::io::Error::last_os_error()));
     }
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(|err| format!("cannot map ids for the installer's network ({file}): {err}"))
+            .map_err(failed(format!("map ids for the installer's network ({file})")))
     };
     write("uid_map", format!("{uid} {uid} 1\n"))?;
     write("setgroups", "deny".into())?;

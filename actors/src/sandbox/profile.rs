@@ -51,37 +51,61 @@ impl Profile {
     }
 
     /// Parses and checks a profile.
-    pub fn parse(text: &str, name: &str) -> Result<Profile, String> {
+    pub fn parse(text: &str, name: &str) -> Result<Profile, ProfileError> {
+        let invalid = |reason: ProfileFault| ProfileError::Invalid { name: name.to_string(), reason };
         let profile: Profile =
-            serde_yaml::from_str(text).map_err(|err| format!("the sandbox profile '{name}' is not valid: {err}"))?;
+            serde_yaml::from_str(text).map_err(|err| invalid(ProfileFault::Yaml(err.to_string())))?;
         for path in profile.read.iter().chain(&profile.execute) {
             if !path.is_absolute() {
-                return Err(format!(
-                    "the sandbox profile '{name}' lists '{}', which is not an absolute path",
-                    path.display()
-                ));
+                return Err(invalid(ProfileFault::Relative(path.clone())));
             }
         }
         for path in &profile.examples.allow {
             if !profile.allows(path) {
-                return Err(format!("the sandbox profile '{name}' must allow '{}' but does not", path.display()));
+                return Err(invalid(ProfileFault::Denies(path.clone())));
             }
         }
         for path in &profile.examples.deny {
             if profile.allows(path) {
-                return Err(format!("the sandbox profile '{name}' must deny '{}' but allows it", path.display()));
+                return Err(invalid(ProfileFault::Allows(path.clone())));
             }
         }
         Ok(profile)
     }
 
     /// Loads `<dir>/<name>.yaml`.
-    pub fn load(dir: &Path, name: &str) -> Result<Profile, String> {
+    pub fn load(dir: &Path, name: &str) -> Result<Profile, ProfileError> {
         let path = dir.join(format!("{name}.yaml"));
-        let text = std::fs::read_to_string(&path)
-            .map_err(|err| format!("cannot read the sandbox profile {}: {err}", path.display()))?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Unreadable { path, source })?;
         Profile::parse(&text, name)
     }
+}
+
+/// Why a sandbox profile cannot be used. Either way nothing runs under it:
+/// the helper refuses the command, and the server does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file is missing or cannot be read.
+    #[error("cannot read the sandbox profile {}: {source}", path.display())]
+    Unreadable { path: PathBuf, source: std::io::Error },
+    /// The file says something a profile may not.
+    #[error("the sandbox profile '{name}' {reason}")]
+    Invalid { name: String, reason: ProfileFault },
+}
+
+/// What is wrong inside a profile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileFault {
+    #[error("is not valid: {0}")]
+    Yaml(String),
+    #[error("lists '{}', which is not an absolute path", .0.display())]
+    Relative(PathBuf),
+    /// A path its examples say it must allow is denied.
+    #[error("must allow '{}' but does not", .0.display())]
+    Denies(PathBuf),
+    /// A path its examples say it must deny is allowed.
+    #[error("must deny '{}' but allows it", .0.display())]
+    Allows(PathBuf),
 }
 
 #[cfg(test)]
@@ -96,18 +120,18 @@ mod tests {
         assert!(Profile::parse(&ok, "ok").is_ok());
         let widened = format!("{BASE}examples: {{allow: [], deny: [/etc/hosts]}}\n");
         assert_eq!(
-            Profile::parse(&widened, "w").unwrap_err(),
+            Profile::parse(&widened, "w").unwrap_err().to_string(),
             "the sandbox profile 'w' must deny '/etc/hosts' but allows it"
         );
         let narrowed = format!("{BASE}examples: {{allow: [/bin/sh], deny: []}}\n");
         assert_eq!(
-            Profile::parse(&narrowed, "n").unwrap_err(),
+            Profile::parse(&narrowed, "n").unwrap_err().to_string(),
             "the sandbox profile 'n' must allow '/bin/sh' but does not"
         );
         let unknown = format!("{BASE}network: true\nexamples: {{allow: [], deny: []}}\n");
-        assert!(Profile::parse(&unknown, "u").unwrap_err().contains("unknown field `network`"));
+        assert!(Profile::parse(&unknown, "u").unwrap_err().to_string().contains("unknown field `network`"));
         let relative = "description: x\nread: [etc]\nlimits: {cpu_seconds: 1, address_space_mb: 1, processes: 1, file_size_mb: 1}\nexamples: {allow: [], deny: []}\n";
-        assert!(Profile::parse(relative, "r").unwrap_err().contains("not an absolute path"));
+        assert!(Profile::parse(relative, "r").unwrap_err().to_string().contains("not an absolute path"));
     }
 
     #[test]

@@ -327,7 +327,9 @@ pub async fn run(context: &mut CodeContext<'_>, arguments: &Map<String, Value>) 
     let mut missing_installed: Vec<String> = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
-        let finished = actor::run(sandbox, shell_job(context, &line, left)).await.map_err(ToolError::Model)?;
+        let finished = actor::run(sandbox, shell_job(context, &line, left))
+            .await
+            .map_err(|not_run| ToolError::Model(not_run.sentence("command")))?;
         let failed = !matches!(finished.ran.exit_code, Some(0)) && !finished.ran.timed_out;
         let output = format!("{}{}", finished.ran.stdout, finished.ran.stderr);
         let missing = match (&installer, failed) {
@@ -682,7 +684,7 @@ impl Installer {
                 .await
                 .ok_or_else(ToolError::workspace_gone)?
         };
-        let finished = finished.map_err(ToolError::Model)?;
+        let finished = finished.map_err(|not_run| ToolError::Model(not_run.sentence("command")))?;
         if let Err(err) = placed {
             return Ok(Err(format!(
                 "[the host's install of {} ran, but its packages could not be put in node_modules, so nothing after it on the line ran] {}",

@@ -150,9 +150,7 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
         proxy: None,
         timeout: SKILLS_RUN_TIMEOUT,
     };
-    let finished = actor::run(sandbox, job)
-        .await
-        .map_err(|refusal| ToolError::Model(refusal.replace("The command did not run", "The script did not run")))?;
+    let finished = actor::run(sandbox, job).await.map_err(|not_run| ToolError::Model(not_run.sentence("script")))?;
     let mut header = format!("[skills_run: {path}");
     for arg in &script.args {
         header.push(' ');

@@ -29,25 +29,49 @@ impl std::fmt::Display for UidRange {
     }
 }
 
+/// Why a uid range is refused, or its lock folder cannot be used. The
+/// server does not start with it: a bad range is a bad flag, and a lock
+/// folder another user could write would let them take uids.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UidError {
+    #[error("'{0}' is not a range like 100000-165535")]
+    NotARange(String),
+    #[error("'{part}' in '{range}' is not a uid (0 to 4294967294)")]
+    NotAUid { part: String, range: String },
+    #[error("the range must not include uid 0 (root)")]
+    HoldsRoot,
+    #[error("4294967295 is not a valid uid")]
+    Invalid,
+    #[error("'{0}' ends before it starts")]
+    Backwards(String),
+    /// The lock folder cannot be made or read.
+    #[error("{what}{}: {reason}", path.display())]
+    LockFolder { what: &'static str, path: PathBuf, reason: String },
+    /// The lock folder is not the server user's alone.
+    #[error("{} must be a folder of this user's alone (mode 0700)", .0.display())]
+    LockFolderShared(PathBuf),
+}
+
 impl std::str::FromStr for UidRange {
-    type Err = String;
+    type Err = UidError;
 
     /// `FIRST-LAST`, both above 0, FIRST ≤ LAST.
-    fn from_str(text: &str) -> Result<UidRange, String> {
-        let (first, last) =
-            text.split_once('-').ok_or_else(|| format!("'{text}' is not a range like 100000-165535"))?;
+    fn from_str(text: &str) -> Result<UidRange, UidError> {
+        let (first, last) = text.split_once('-').ok_or_else(|| UidError::NotARange(text.to_string()))?;
         let number = |part: &str| {
-            part.trim().parse::<u32>().map_err(|_| format!("'{part}' in '{text}' is not a uid (0 to 4294967294)"))
+            part.trim()
+                .parse::<u32>()
+                .map_err(|_| UidError::NotAUid { part: part.to_string(), range: text.to_string() })
         };
         let range = UidRange { first: number(first)?, last: number(last)? };
         if range.first == 0 {
-            return Err("the range must not include uid 0 (root)".into());
+            return Err(UidError::HoldsRoot);
         }
         if range.last == u32::MAX {
-            return Err("4294967295 is not a valid uid".into());
+            return Err(UidError::Invalid);
         }
         if range.first > range.last {
-            return Err(format!("'{text}' ends before it starts"));
+            return Err(UidError::Backwards(text.to_string()));
         }
         Ok(range)
     }
@@ -118,22 +142,21 @@ impl UidPool {
     /// A pool over `range`, with its lock files in [`LOCK_DIR`]. The folder
     /// must be root's alone: anyone who could write there could hold a
     /// uid's lock, or swap a lock file for a link.
-    pub fn new(range: UidRange) -> Result<Arc<UidPool>, String> {
+    pub fn new(range: UidRange) -> Result<Arc<UidPool>, UidError> {
         Self::with_lock_dir(range, Path::new(LOCK_DIR))
     }
 
-    pub fn with_lock_dir(range: UidRange, locks: &Path) -> Result<Arc<UidPool>, String> {
+    pub fn with_lock_dir(range: UidRange, locks: &Path) -> Result<Arc<UidPool>, UidError> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(locks)
-            .map_err(|err| format!("cannot create {}: {err}", locks.display()))?;
-        let meta = std::fs::symlink_metadata(locks).map_err(|err| format!("{}: {err}", locks.display()))?;
+        let failed = |what: &'static str| {
+            move |err: std::io::Error| UidError::LockFolder { what, path: locks.to_path_buf(), reason: err.to_string() }
+        };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(locks).map_err(failed("cannot create "))?;
+        let meta = std::fs::symlink_metadata(locks).map_err(failed(""))?;
         // SAFETY: plain getter.
         let me = unsafe { libc::geteuid() };
         if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-            return Err(format!("{} must be a folder of this user's alone (mode 0700)", locks.display()));
+            return Err(UidError::LockFolderShared(locks.to_path_buf()));
         }
         Ok(Arc::new(UidPool { range, in_use: Mutex::new(BTreeSet::new()), locks: locks.to_path_buf() }))
     }
@@ -209,9 +232,20 @@ mod tests {
     fn ranges_parse_and_refuse_what_is_not_one() {
         assert_eq!("10-20".parse(), Ok(UidRange { first: 10, last: 20 }));
         assert_eq!("5-5".parse::<UidRange>().map(|r| r.contains(5)), Ok(true));
-        for bad in ["0-10", "20-10", "x-1", "10", "1-4294967295"] {
-            assert!(bad.parse::<UidRange>().is_err(), "{bad}");
+        let refusals = [
+            ("0-10", UidError::HoldsRoot),
+            ("20-10", UidError::Backwards("20-10".into())),
+            ("x-1", UidError::NotAUid { part: "x".into(), range: "x-1".into() }),
+            ("10", UidError::NotARange("10".into())),
+            ("1-4294967295", UidError::Invalid),
+        ];
+        for (bad, expected) in refusals {
+            assert_eq!(bad.parse::<UidRange>(), Err(expected), "{bad}");
         }
+        assert_eq!(
+            UidError::NotAUid { part: "x".into(), range: "x-1".into() }.to_string(),
+            "'x' in 'x-1' is not a uid (0 to 4294967294)"
+        );
         assert_eq!(DEFAULT_UID_RANGE.to_string().parse(), Ok(DEFAULT_UID_RANGE));
     }
 

@@ -1,0 +1,261 @@
+//! `TestServer`: the one way the route tests build a server. It starts the
+//! actor system on a scripted model (or the real one) with the skills, loop
+//! settings, sandbox and keys a test names, and wraps it in the state that
+//! `serve` builds, through [`setup::app_state`]; the tests then drive the
+//! app that [`crate::http::configure`] builds, in process.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web;
+use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
+use skillhost_actors::chat_loop::LoopSettings;
+use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
+use skillhost_actors::model::ModelSource;
+use skillhost_actors::sandbox::interpreters::Interpreters;
+use skillhost_actors::sandbox::launch::Launcher;
+use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
+use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
+use skillhost_actors::workspace::WorkspaceOptions;
+use skillhost_actors::{ModelStatus, Server, ServerConfig};
+use skillhost_engine::EngineConfig;
+
+use crate::config::AccessConfig;
+use crate::http::access::{Access, Admission};
+use crate::http::AppState;
+use crate::setup::{self, AppOptions, StartupError};
+
+/// The chat template of the scripted model: ChatML, whose tool calls the
+/// `llama` family's parser reads.
+pub(crate) const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// The scripted model's context, in tokens.
+const SCRIPTED_CTX: u32 = 8192;
+
+/// The small default model that `make model` fetches.
+pub(crate) fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run `make model`", path.display());
+    path
+}
+
+/// The real `skillhost` binary, which cargo builds next to the test
+/// binaries: the sandbox helper.
+pub(crate) fn helper() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let binary = exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost");
+    assert!(binary.exists(), "{} is missing: cargo builds it for the integration tests", binary.display());
+    binary
+}
+
+/// The skills the scenario folders use (`tests/scenarios/skills`).
+pub(crate) fn scenario_skills_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills")
+}
+
+/// Skills from the given roots, none selected, no watching.
+pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, selected: Vec<String>) -> SkillsConfig {
+    SkillsConfig { roots, install_dir, watch: false, poll: None, selected }
+}
+
+enum Model {
+    Scripted(Arc<ScriptedBackend>),
+    Real(EngineConfig),
+}
+
+/// The real sandbox, as the code tests run it.
+struct Exec {
+    /// Offer the code tools (otherwise only skill scripts run).
+    code_exec: bool,
+    settings: ExecSettings,
+    workspaces: WorkspaceOptions,
+}
+
+/// A server for one test, built step by step.
+pub(crate) struct TestServer {
+    model: Model,
+    skills: Option<SkillsConfig>,
+    loop_settings: LoopSettings,
+    exec: Option<Exec>,
+    access: Option<(AccessConfig, IpAddr)>,
+    admission: Admission,
+    keep_alive: Duration,
+}
+
+/// A started test server.
+pub(crate) struct Running {
+    pub(crate) state: web::Data<AppState>,
+    /// The scripted model, to read the prompts it was given.
+    pub(crate) backend: Option<Arc<ScriptedBackend>>,
+    /// The folder of workspaces and artifacts, with the sandbox.
+    pub(crate) base: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// On the scripted model, which writes `outputs` in order (each for the
+    /// agent it names).
+    pub(crate) fn scripted<O: Into<ScriptedOutput>>(outputs: impl IntoIterator<Item = O>) -> Self {
+        let outputs = outputs.into_iter().map(Into::into).collect();
+        let backend = ScriptedBackend::for_agents(Some(CHATML), "llama", SCRIPTED_CTX, outputs)
+            .expect("the scripted model's template");
+        Self::on(Arc::new(backend))
+    }
+
+    /// On a scripted model the test made itself.
+    pub(crate) fn on(backend: Arc<ScriptedBackend>) -> Self {
+        Self::with_model(Model::Scripted(backend))
+    }
+
+    /// On the real default model, with a context of `n_ctx` tokens over
+    /// `n_parallel` slots.
+    pub(crate) fn real_model(n_ctx: u32, n_parallel: u32) -> Self {
+        let engine = EngineConfig {
+            model_path: model_path(),
+            n_ctx: Some(n_ctx),
+            n_parallel,
+            n_threads: None,
+            ..Default::default()
+        };
+        Self::with_model(Model::Real(engine))
+    }
+
+    fn with_model(model: Model) -> Self {
+        TestServer {
+            model,
+            skills: None,
+            loop_settings: LoopSettings::default(),
+            exec: None,
+            access: None,
+            admission: Admission::default(),
+            keep_alive: crate::http::webui::KEEP_ALIVE,
+        }
+    }
+
+    /// The skills registry, as given.
+    pub(crate) fn skills(mut self, skills: SkillsConfig) -> Self {
+        self.skills = Some(skills);
+        self
+    }
+
+    /// The skills under one folder, found as discovered skills are.
+    pub(crate) fn skills_root(self, path: &Path) -> Self {
+        let root = Root { path: path.to_path_buf(), origin: Origin::Discovered };
+        self.skills(skills_config(vec![root], None, Vec::new()))
+    }
+
+    /// The skills of the scenario folders.
+    pub(crate) fn scenario_skills(self) -> Self {
+        self.skills_root(&scenario_skills_root())
+    }
+
+    pub(crate) fn settings(mut self, loop_settings: LoopSettings) -> Self {
+        self.loop_settings = loop_settings;
+        self
+    }
+
+    /// The real sandbox and the code tools.
+    pub(crate) fn code_exec(self) -> Self {
+        self.sandbox(true)
+    }
+
+    /// The real sandbox; `code_exec` offers the code tools, otherwise only
+    /// skill scripts run in it.
+    /// Commands run confined, with the profiles of this checkout, and with
+    /// a uid of their own per workspace when the tests run as root.
+    pub(crate) fn sandbox(mut self, code_exec: bool) -> Self {
+        let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
+        let launcher = Launcher { helper: helper(), profile_dir: profiles, cgroups: None };
+        // SAFETY: plain getter.
+        let root = unsafe { libc::geteuid() } == 0;
+        let workspaces = WorkspaceOptions {
+            uids: root.then(|| UidPool::new(DEFAULT_UID_RANGE).expect("the uid lock folder")),
+            size_cap: None,
+            budget: None,
+        };
+        let settings = ExecSettings::confined(launcher, Interpreters::detect());
+        self.exec = Some(Exec { code_exec, settings, workspaces });
+        self
+    }
+
+    /// Changes how commands run (the installer, the network grants); after
+    /// [`TestServer::sandbox`].
+    pub(crate) fn exec_settings(mut self, tweak: impl FnOnce(&mut ExecSettings)) -> Self {
+        let exec = self.exec.as_mut().expect("exec_settings after sandbox or code_exec");
+        tweak(&mut exec.settings);
+        self
+    }
+
+    /// Changes how workspaces are made; after [`TestServer::sandbox`].
+    pub(crate) fn workspaces(mut self, shape: impl FnOnce(&mut WorkspaceOptions)) -> Self {
+        let exec = self.exec.as_mut().expect("workspaces after sandbox or code_exec");
+        shape(&mut exec.workspaces);
+        self
+    }
+
+    /// Keys, origins and hosts, for a server bound to `host`.
+    pub(crate) fn keys(mut self, access: AccessConfig, host: IpAddr) -> Self {
+        self.access = Some((access, host));
+        self
+    }
+
+    pub(crate) fn admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    pub(crate) fn keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.keep_alive = keep_alive;
+        self
+    }
+
+    /// Starts the actors, waits for the model, and builds the app state.
+    /// A server that refuses its settings is an error; a model that does
+    /// not load fails the test.
+    pub(crate) async fn start(self) -> Result<Running, StartupError> {
+        let (model, backend) = match self.model {
+            Model::Scripted(backend) => (ModelSource::Provided(backend.clone()), Some(backend)),
+            Model::Real(engine) => (ModelSource::Load(engine), None),
+        };
+        let (exec, artifacts, base) = match self.exec {
+            Some(exec) => {
+                let (runtime, artifacts, base) = sandbox(exec);
+                (Some(Arc::new(runtime)), Some(artifacts), Some(base))
+            }
+            None => (None, None, None),
+        };
+        let config = ServerConfig { model, skills: self.skills, loop_settings: self.loop_settings, exec, artifacts };
+        let server = Server::start(config).await?;
+        assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }), "the model did not load");
+        let (access, host) = self.access.unwrap_or_else(|| (AccessConfig::default(), IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let options = AppOptions {
+            access: Arc::new(Access::new(access, host)),
+            admission: self.admission,
+            keep_alive: self.keep_alive,
+            started_at: 0,
+        };
+        let state = setup::app_state(server, options)?;
+        Ok(Running { state, backend, base })
+    }
+}
+
+/// The runtime of `exec`, over a new folder of workspaces and artifacts.
+fn sandbox(exec: Exec) -> (ExecRuntime, ArtifactStore, tempfile::TempDir) {
+    let base = tempfile::tempdir().expect("a temporary folder");
+    // Sandbox uids pass through it to their workspaces.
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("the temporary folder's mode");
+    let runtime = ExecRuntime {
+        settings: Arc::new(exec.settings),
+        workspace_base: base.path().join("workspaces"),
+        workspaces: exec.workspaces,
+        code_exec: exec.code_exec,
+    };
+    std::fs::create_dir_all(base.path().join("workspaces")).expect("the workspaces folder");
+    std::fs::create_dir_all(base.path().join("artifacts")).expect("the artifacts folder");
+    let artifacts =
+        ArtifactStore::new(&base.path().join("artifacts"), ArtifactLimits::default()).expect("the artifact store");
+    (runtime, artifacts, base)
+}
