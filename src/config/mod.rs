@@ -5,6 +5,8 @@
 //! config files (later files override earlier ones), built-in defaults.
 //! Config-file keys are the flag names.
 
+#[cfg(test)]
+mod docs;
 pub mod sources;
 
 use std::net::IpAddr;
@@ -58,9 +60,6 @@ pub enum Command {
     Doctor(crate::sandbox_cli::DoctorArgs),
     /// Apply a patch read from stdin, as the model's apply_patch tool does; exit 0 only when it applied.
     ApplyPatch(crate::patch_cli::ApplyPatchArgs),
-    /// Internal: run one command in the OS sandbox (started by the server).
-    #[command(hide = true)]
-    SandboxExec(crate::sandbox_exec::SandboxExecArgs),
 }
 
 /// The command line's definition: the derived one, with a `--no-…`
@@ -88,25 +87,37 @@ pub fn layered<T: FromArgMatches>(
     Ok((args, merged))
 }
 
+// The headings `serve --help` groups its flags under; the flag tables in
+// docs/configuration.md follow them.
+const LISTENING: &str = "Listening and keys";
+const MODEL: &str = "Model and engine";
+const UPSTREAMS: &str = "Upstreams and replicas";
+const SKILLS: &str = "Skills";
+const LOOP: &str = "The loop and agents";
+const CODE: &str = "Code execution";
+const INSTALLS: &str = "Installs";
+const SANDBOX: &str = "Sandbox";
+const CONFIG: &str = "Config and logging";
+
 /// Skills flags, shared by `serve` and `list-skills`.
 #[derive(Debug, Default, Args)]
 pub struct SkillArgs {
     /// Directory of skills to scan; repeatable; replaces the default roots
     /// [default: every .agents/skills from here up to the Git repository root]
-    #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':', value_hint = ValueHint::DirPath)]
+    #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':', value_hint = ValueHint::DirPath, help_heading = SKILLS)]
     pub skills_dir: Vec<PathBuf>,
     /// Where uploaded skills are installed; always scanned first
     /// [default: /var/lib/skillhost/skills as root, else $XDG_DATA_HOME/skillhost/skills; made on the first upload]
-    #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR", value_hint = ValueHint::DirPath)]
+    #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR", value_hint = ValueHint::DirPath, help_heading = SKILLS)]
     pub skills_install_dir: Option<PathBuf>,
     /// Turn skills off entirely
-    #[arg(long = "no-skills", env = "SKILLHOST_NO_SKILLS")]
+    #[arg(long = "no-skills", env = "SKILLHOST_NO_SKILLS", help_heading = SKILLS)]
     pub no_skills: bool,
     /// Rescan the skills roots when their files change (500 ms debounce)
-    #[arg(long = "skills-watch", env = "SKILLHOST_SKILLS_WATCH")]
+    #[arg(long = "skills-watch", env = "SKILLHOST_SKILLS_WATCH", help_heading = SKILLS)]
     pub skills_watch: bool,
     /// Also rescan every this many seconds, for roots on NFS or other shared storage whose changes file events do not report [default: off]
-    #[arg(long = "skills-poll", env = "SKILLHOST_SKILLS_POLL")]
+    #[arg(long = "skills-poll", env = "SKILLHOST_SKILLS_POLL", help_heading = SKILLS)]
     pub skills_poll: Option<u64>,
 }
 
@@ -151,168 +162,168 @@ pub enum LogFormat {
 #[derive(Debug, Default, Args)]
 pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1]
-    #[arg(long, env = "SKILLHOST_HOST")]
+    #[arg(long, env = "SKILLHOST_HOST", help_heading = LISTENING)]
     pub host: Option<IpAddr>,
     /// Port to listen on; 0 picks a free port and logs it [default: 5000]
-    #[arg(long, env = "SKILLHOST_PORT")]
+    #[arg(long, env = "SKILLHOST_PORT", help_heading = LISTENING)]
     pub port: Option<u16>,
     /// Path to the GGUF model file (required unless --upstream is given)
-    #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath)]
+    #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath, help_heading = MODEL)]
     pub model: Option<PathBuf>,
     /// An inference server to send generation to instead of loading a model: URL[,mode=completion|chat][,weight=N][,max-concurrent=N][,model=NAME][,key-env=VAR][,api=auto|openai]; repeatable
-    #[arg(long, env = "SKILLHOST_UPSTREAM")]
+    #[arg(long, env = "SKILLHOST_UPSTREAM", help_heading = UPSTREAMS)]
     pub upstream: Vec<String>,
     /// With --upstream: a GGUF whose chat template and vocabulary render and count prompts (its weights are not read) [default: the template from llama-server's /props]
-    #[arg(long, env = "SKILLHOST_TEMPLATE_FROM", value_hint = ValueHint::FilePath)]
+    #[arg(long, env = "SKILLHOST_TEMPLATE_FROM", value_hint = ValueHint::FilePath, help_heading = UPSTREAMS)]
     pub template_from: Option<PathBuf>,
     /// With --upstream: how a request's upstream is chosen: affinity (a conversation stays on the upstream that caches its prefix) or round-robin [default: affinity]
-    #[arg(long, value_enum, env = "SKILLHOST_UPSTREAM_ROUTING")]
+    #[arg(long, value_enum, env = "SKILLHOST_UPSTREAM_ROUTING", help_heading = UPSTREAMS)]
     pub upstream_routing: Option<RoutingArg>,
     /// This replica's name when several run behind a load balancer: stamped into conversation and response ids, and sent as the skillhost_replica cookie to route by [default: none]
-    #[arg(long, env = "SKILLHOST_REPLICA_ID")]
+    #[arg(long, env = "SKILLHOST_REPLICA_ID", help_heading = UPSTREAMS)]
     pub replica_id: Option<String>,
     /// With --upstream: a built-in prompt format (chatml, gemma or plain) when no template is known
-    #[arg(long, env = "SKILLHOST_TEMPLATE_FORMAT")]
+    #[arg(long, env = "SKILLHOST_TEMPLATE_FORMAT", help_heading = UPSTREAMS)]
     pub template_format: Option<String>,
     /// Requests decoded together, each in its own KV slot [default: 4]
-    #[arg(long, short = 'n', env = "SKILLHOST_PARALLEL")]
+    #[arg(long, short = 'n', env = "SKILLHOST_PARALLEL", help_heading = MODEL)]
     pub parallel: Option<u32>,
     /// Context size in tokens, shared by all slots [default: the model's training context, at most 8192]
-    #[arg(long, short = 'c', env = "SKILLHOST_CTX_SIZE")]
+    #[arg(long, short = 'c', env = "SKILLHOST_CTX_SIZE", help_heading = MODEL)]
     pub ctx_size: Option<u32>,
     /// CPU threads for decoding [default: all cores]
-    #[arg(long, short = 't', env = "SKILLHOST_THREADS")]
+    #[arg(long, short = 't', env = "SKILLHOST_THREADS", help_heading = MODEL)]
     pub threads: Option<u32>,
     /// Model layers to offload to the GPU in a GPU build (`make run GPU=cuda`), as llama-server's --n-gpu-layers [default: all of them]
-    #[arg(long, env = "SKILLHOST_GPU_LAYERS")]
+    #[arg(long, env = "SKILLHOST_GPU_LAYERS", help_heading = MODEL)]
     pub gpu_layers: Option<u32>,
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
-    #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath)]
+    #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
-    #[arg(long, env = "SKILLHOST_TEMPERATURE")]
+    #[arg(long, env = "SKILLHOST_TEMPERATURE", help_heading = MODEL)]
     pub temperature: Option<f32>,
     /// Most tokens a turn generates when its request sets no budget, as llama-server's --n-predict [default: until the context is full]
-    #[arg(long, env = "SKILLHOST_MAX_TOKENS")]
+    #[arg(long, env = "SKILLHOST_MAX_TOKENS", help_heading = MODEL)]
     pub max_tokens: Option<u32>,
     /// YAML config file whose keys are these flag names; repeatable, later files win
-    #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',')]
+    #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',', help_heading = CONFIG)]
     pub config: Vec<PathBuf>,
     /// Log format [default: text]
-    #[arg(long, value_enum, env = "SKILLHOST_LOG_FORMAT")]
+    #[arg(long, value_enum, env = "SKILLHOST_LOG_FORMAT", help_heading = CONFIG)]
     pub log_format: Option<LogFormat>,
     #[command(flatten)]
     pub skills: SkillArgs,
     /// Print the skills registry and exit, without loading a model
-    #[arg(long = "list-skills")]
+    #[arg(long = "list-skills", help_heading = SKILLS)]
     pub list_skills: bool,
     /// Print the effective settings, each with where it came from, and exit without loading a model
-    #[arg(long = "print-config")]
+    #[arg(long = "print-config", help_heading = CONFIG)]
     pub print_config: bool,
     /// A key clients must send (Authorization: Bearer KEY or x-api-key); repeatable
-    #[arg(long = "api-key", env = "SKILLHOST_API_KEY", value_delimiter = ',')]
+    #[arg(long = "api-key", env = "SKILLHOST_API_KEY", value_delimiter = ',', help_heading = LISTENING)]
     pub api_key: Vec<String>,
     /// File of client keys, one a line; re-read on SIGHUP
-    #[arg(long = "api-key-file", env = "SKILLHOST_API_KEY_FILE", value_hint = ValueHint::FilePath)]
+    #[arg(long = "api-key-file", env = "SKILLHOST_API_KEY_FILE", value_hint = ValueHint::FilePath, help_heading = LISTENING)]
     pub api_key_file: Option<PathBuf>,
     /// A key for what changes the server (uploading, deleting and rescanning skills); repeatable
-    #[arg(long = "admin-key", env = "SKILLHOST_ADMIN_KEY", value_delimiter = ',')]
+    #[arg(long = "admin-key", env = "SKILLHOST_ADMIN_KEY", value_delimiter = ',', help_heading = LISTENING)]
     pub admin_key: Vec<String>,
     /// File of admin keys, one a line; re-read on SIGHUP
-    #[arg(long = "admin-key-file", env = "SKILLHOST_ADMIN_KEY_FILE", value_hint = ValueHint::FilePath)]
+    #[arg(long = "admin-key-file", env = "SKILLHOST_ADMIN_KEY_FILE", value_hint = ValueHint::FilePath, help_heading = LISTENING)]
     pub admin_key_file: Option<PathBuf>,
     /// A key /metrics requires [default: /metrics is open]
-    #[arg(long = "metrics-key", env = "SKILLHOST_METRICS_KEY")]
+    #[arg(long = "metrics-key", env = "SKILLHOST_METRICS_KEY", help_heading = LISTENING)]
     pub metrics_key: Option<String>,
     /// Listen on a non-loopback address with no key (anyone who reaches the port may use the server)
-    #[arg(long = "insecure-no-auth", env = "SKILLHOST_INSECURE_NO_AUTH")]
+    #[arg(long = "insecure-no-auth", env = "SKILLHOST_INSECURE_NO_AUTH", help_heading = LISTENING)]
     pub insecure_no_auth: bool,
     /// Browser origins (scheme://host:port) besides the server's own that may call the API; repeatable
-    #[arg(long = "allowed-origins", env = "SKILLHOST_ALLOWED_ORIGINS", value_delimiter = ',')]
+    #[arg(long = "allowed-origins", env = "SKILLHOST_ALLOWED_ORIGINS", value_delimiter = ',', help_heading = LISTENING)]
     pub allowed_origins: Vec<String>,
     /// Host names besides loopback ones accepted in the Host header of a loopback-bound server; repeatable
-    #[arg(long = "allowed-hosts", env = "SKILLHOST_ALLOWED_HOSTS", value_delimiter = ',')]
+    #[arg(long = "allowed-hosts", env = "SKILLHOST_ALLOWED_HOSTS", value_delimiter = ',', help_heading = LISTENING)]
     pub allowed_hosts: Vec<String>,
     /// Requests waiting for a slot beyond those decoding; past it, 503 with Retry-After [default: 4 x --parallel]
-    #[arg(long = "max-queued", env = "SKILLHOST_MAX_QUEUED")]
+    #[arg(long = "max-queued", env = "SKILLHOST_MAX_QUEUED", help_heading = LISTENING)]
     pub max_queued: Option<u32>,
     /// Do not advertise unselected skills; a request reaches only what it selects
-    #[arg(long = "skills-no-discovery", env = "SKILLHOST_SKILLS_NO_DISCOVERY")]
+    #[arg(long = "skills-no-discovery", env = "SKILLHOST_SKILLS_NO_DISCOVERY", help_heading = SKILLS)]
     pub skills_no_discovery: bool,
     /// A skill selected for every request that selects none; repeatable (checked against the registry at start-up)
-    #[arg(long = "skill", env = "SKILLHOST_SKILL", value_delimiter = ',')]
+    #[arg(long = "skill", env = "SKILLHOST_SKILL", value_delimiter = ',', help_heading = SKILLS)]
     pub skill: Vec<String>,
     /// Tool rounds per turn, 1 to 64 [default: 8]
-    #[arg(long = "skills-max-rounds", env = "SKILLHOST_SKILLS_MAX_ROUNDS")]
+    #[arg(long = "skills-max-rounds", env = "SKILLHOST_SKILLS_MAX_ROUNDS", help_heading = LOOP)]
     pub skills_max_rounds: Option<u32>,
     /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
-    #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT")]
+    #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT", help_heading = LOOP)]
     pub turn_timeout: Option<u64>,
     /// When the model is offered the coordination tools (spawn_agent and the rest): auto, on requests that offer it other tools; always; off [default: auto]
-    #[arg(long = "multi-agent", env = "SKILLHOST_MULTI_AGENT")]
+    #[arg(long = "multi-agent", env = "SKILLHOST_MULTI_AGENT", help_heading = LOOP)]
     pub multi_agent: Option<MultiAgentArg>,
     /// Child agents may use the parent's tools that write and run, in the parent's workspace; without it they only read
-    #[arg(long = "agents-allow-write", env = "SKILLHOST_AGENTS_ALLOW_WRITE")]
+    #[arg(long = "agents-allow-write", env = "SKILLHOST_AGENTS_ALLOW_WRITE", help_heading = LOOP)]
     pub agents_allow_write: bool,
     /// Offer skills_run (running a skill's bundled scripts)
-    #[arg(long = "skills-allow-exec", env = "SKILLHOST_SKILLS_ALLOW_EXEC")]
+    #[arg(long = "skills-allow-exec", env = "SKILLHOST_SKILLS_ALLOW_EXEC", help_heading = SKILLS)]
     pub skills_allow_exec: bool,
     /// Put selected skills' instructions in the prompt instead of letting the model load them
-    #[arg(long = "inline-selected-bodies", env = "SKILLHOST_INLINE_SELECTED_BODIES")]
+    #[arg(long = "inline-selected-bodies", env = "SKILLHOST_INLINE_SELECTED_BODIES", help_heading = SKILLS)]
     pub inline_selected_bodies: bool,
     /// Offer the code tools: read_file, write_file, apply_patch and a sandboxed shell
-    #[arg(long = "code-exec", env = "SKILLHOST_CODE_EXEC")]
+    #[arg(long = "code-exec", env = "SKILLHOST_CODE_EXEC", help_heading = CODE)]
     pub code_exec: bool,
     /// Let shell commands use the network
-    #[arg(long = "code-exec-allow-network", env = "SKILLHOST_CODE_EXEC_ALLOW_NETWORK")]
+    #[arg(long = "code-exec-allow-network", env = "SKILLHOST_CODE_EXEC_ALLOW_NETWORK", help_heading = CODE)]
     pub code_exec_allow_network: bool,
     /// Let the host perform the pip and npm installs a shell command asks for (wheels only, no package scripts, into the workspace)
-    #[arg(long = "code-exec-allow-install", env = "SKILLHOST_CODE_EXEC_ALLOW_INSTALL")]
+    #[arg(long = "code-exec-allow-install", env = "SKILLHOST_CODE_EXEC_ALLOW_INSTALL", help_heading = INSTALLS)]
     pub code_exec_allow_install: bool,
     /// The only packages the host installs, comma-separated [default: any name that passes the checks]
-    #[arg(long = "code-exec-packages", env = "SKILLHOST_CODE_EXEC_PACKAGES", value_delimiter = ',')]
+    #[arg(long = "code-exec-packages", env = "SKILLHOST_CODE_EXEC_PACKAGES", value_delimiter = ',', help_heading = INSTALLS)]
     pub code_exec_packages: Vec<String>,
     /// The Python package index the host's installer uses [default: https://pypi.org/simple]
-    #[arg(long = "code-exec-install-index", env = "SKILLHOST_CODE_EXEC_INSTALL_INDEX")]
+    #[arg(long = "code-exec-install-index", env = "SKILLHOST_CODE_EXEC_INSTALL_INDEX", help_heading = INSTALLS)]
     pub code_exec_install_index: Option<String>,
     /// The npm registry the host's installer uses [default: https://registry.npmjs.org/]
-    #[arg(long = "code-exec-npm-registry", env = "SKILLHOST_CODE_EXEC_NPM_REGISTRY")]
+    #[arg(long = "code-exec-npm-registry", env = "SKILLHOST_CODE_EXEC_NPM_REGISTRY", help_heading = INSTALLS)]
     pub code_exec_npm_registry: Option<String>,
     /// The only hosts the installer may reach, comma-separated [default: pypi.org, files.pythonhosted.org, registry.npmjs.org and the hosts of the index and registry]
-    #[arg(long = "code-exec-install-domains", env = "SKILLHOST_CODE_EXEC_INSTALL_DOMAINS", value_delimiter = ',')]
+    #[arg(long = "code-exec-install-domains", env = "SKILLHOST_CODE_EXEC_INSTALL_DOMAINS", value_delimiter = ',', help_heading = INSTALLS)]
     pub code_exec_install_domains: Vec<String>,
     /// The program that runs scripts of an extension, as EXT=PATH, or EXT= to remove one (repeatable) [default: .py the newest python3.N, .js/.mjs/.cjs node, .sh/.bash bash]
-    #[arg(long = "interpreter", env = "SKILLHOST_INTERPRETER", value_delimiter = ',')]
+    #[arg(long = "interpreter", env = "SKILLHOST_INTERPRETER", value_delimiter = ',', help_heading = CODE)]
     pub interpreter: Vec<String>,
     /// A CA bundle whose certificates commands granted the network (and the installer) trust, at most 16 MiB (repeatable)
-    #[arg(long = "ca-bundle", env = "SKILLHOST_CA_BUNDLE", value_delimiter = ',', value_hint = ValueHint::FilePath)]
+    #[arg(long = "ca-bundle", env = "SKILLHOST_CA_BUNDLE", value_delimiter = ',', value_hint = ValueHint::FilePath, help_heading = CODE)]
     pub ca_bundle: Vec<PathBuf>,
     /// Run shell commands without the sandbox (never on a server untrusted users reach)
-    #[arg(long = "code-exec-unconfined", env = "SKILLHOST_CODE_EXEC_UNCONFINED")]
+    #[arg(long = "code-exec-unconfined", env = "SKILLHOST_CODE_EXEC_UNCONFINED", help_heading = CODE)]
     pub code_exec_unconfined: bool,
     /// Temperature for code turns whose request leaves it at the default
-    #[arg(long = "code-exec-temperature", env = "SKILLHOST_CODE_EXEC_TEMPERATURE")]
+    #[arg(long = "code-exec-temperature", env = "SKILLHOST_CODE_EXEC_TEMPERATURE", help_heading = CODE)]
     pub code_exec_temperature: Option<f32>,
     /// Let skill scripts (skills_run) use the network
-    #[arg(long = "skills-allow-network", env = "SKILLHOST_SKILLS_ALLOW_NETWORK")]
+    #[arg(long = "skills-allow-network", env = "SKILLHOST_SKILLS_ALLOW_NETWORK", help_heading = SKILLS)]
     pub skills_allow_network: bool,
     /// Whether commands must be sandboxed: required (sandboxed or refused), preferred or off [default: required]
-    #[arg(long = "skills-sandbox", value_enum, env = "SKILLHOST_SKILLS_SANDBOX")]
+    #[arg(long = "skills-sandbox", value_enum, env = "SKILLHOST_SKILLS_SANDBOX", help_heading = SANDBOX)]
     pub skills_sandbox: Option<SandboxModeArg>,
     /// Uids given out one per live workspace when the server is root, as FIRST-LAST [default: 1879048192-1879113727]
-    #[arg(long = "sandbox-uid-range", env = "SKILLHOST_SANDBOX_UID_RANGE")]
+    #[arg(long = "sandbox-uid-range", env = "SKILLHOST_SANDBOX_UID_RANGE", help_heading = SANDBOX)]
     pub sandbox_uid_range: Option<UidRange>,
     /// Largest a workspace may grow, in bytes (a size-capped tmpfs when the server is root) [default: 1073741824]
-    #[arg(long = "workspace-max-bytes", env = "SKILLHOST_WORKSPACE_MAX_BYTES")]
+    #[arg(long = "workspace-max-bytes", env = "SKILLHOST_WORKSPACE_MAX_BYTES", help_heading = SANDBOX)]
     pub workspace_max_bytes: Option<u64>,
     /// What size-capped workspaces may hold together, in bytes; a new one past it is refused [default: half of this host's memory]
-    #[arg(long = "sandbox-memory", env = "SKILLHOST_SANDBOX_MEMORY")]
+    #[arg(long = "sandbox-memory", env = "SKILLHOST_SANDBOX_MEMORY", help_heading = SANDBOX)]
     pub sandbox_memory: Option<u64>,
     /// Folder of sandbox profiles [default: the profiles built into skillhost]
-    #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES", value_hint = ValueHint::DirPath)]
+    #[arg(long = "sandbox-profiles", env = "SKILLHOST_SANDBOX_PROFILES", value_hint = ValueHint::DirPath, help_heading = SANDBOX)]
     pub sandbox_profiles: Option<PathBuf>,
     /// Where request workspaces and artifacts live [default: the system temp folder]
-    #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath)]
+    #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath, help_heading = SANDBOX)]
     pub workspace_dir: Option<PathBuf>,
 }
 

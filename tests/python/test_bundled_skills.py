@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 VALIDATOR = ROOT / "skills" / "skill-authoring" / "scripts" / "validate_skill.py"
@@ -38,6 +40,46 @@ def test_the_validator_reports_broken_skills(tmp_path):
     errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert any("description" in line for line in errors), result.stdout
     assert any("name" in line for line in errors), result.stdout
+
+
+# The keys Claude Code's SKILL.md adds, which the loader reads: (frontmatter
+# lines, the warnings the validator gives). A value of the wrong type is a
+# warning, as the loader ignores it with one (actors/src/skills/manifest.rs).
+GOVERNANCE_CASES = [
+    ("disable-model-invocation: true\n", []),
+    ("disable-model-invocation: sometimes\n", ["disable-model-invocation is not true or false; skillhost ignores it and uses false"]),
+    ("user-invocable: false\n", []),
+    ("user-invocable: [1]\n", ["user-invocable is not true or false; skillhost ignores it and uses true"]),
+    ('argument-hint: "[file] [format]"\n', []),
+    # Unquoted, the brackets make a YAML list.
+    ("argument-hint: [file]\n", [
+        "argument-hint is not text; skillhost ignores it. Write it as one string, such as 'argument-hint: \"[file] [format]\"'"
+    ]),
+    ("allowed-tools: Bash(git:*) Read\n", []),
+    ("allowed-tools: {Read: yes}\n", [
+        "allowed-tools is neither a space-separated string nor a list of tool names; skillhost ignores it"
+    ]),
+    ("model: claude-opus-4\n", [
+        "model 'claude-opus-4' does not apply in skillhost, which runs one model for every skill; "
+        "remove the key unless another client needs it"
+    ]),
+    ("model: [a, b]\n", ["model is not text; skillhost ignores it"]),
+]
+
+
+@pytest.mark.parametrize("parser", [[], ["--builtin-parser"]], ids=["pyyaml", "builtin"])
+@pytest.mark.parametrize("frontmatter,warnings", GOVERNANCE_CASES)
+def test_the_validator_reads_the_governance_keys_as_the_loader_does(tmp_path, parser, frontmatter, warnings):
+    skill = tmp_path / "deploy"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(
+        "---\nname: deploy\ndescription: Ships the service to production. Use when asked to deploy.\n"
+        + frontmatter
+        + "---\nRun the deploy.\n"
+    )
+    result = validate(*parser, skill)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [f"WARNING: {skill}: {w}" for w in warnings] + [f"OK: {skill}"]
 
 
 def test_the_check_script_reports_an_unreachable_server():

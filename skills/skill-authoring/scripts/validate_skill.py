@@ -41,7 +41,13 @@ RECOMMENDED_MAX_LINES = 500
 # Shorter than this, a description rarely says both what and when.
 SHORT_DESCRIPTION_CHARS = 40
 
-KNOWN_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
+# The keys the Agent Skills specification defines, then the keys Claude
+# Code's SKILL.md adds, which skillhost's loader reads too.
+SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
+EXTENSION_KEYS = ("disable-model-invocation", "user-invocable", "argument-hint", "model")
+KNOWN_KEYS = SPEC_KEYS + EXTENSION_KEYS
+# skillhost shows at most this many characters of an argument hint.
+MAX_ARGUMENT_HINT_CHARS = 200
 # Folder and file names the loader never scans or indexes.
 SKIPPED_NAMES = (".git", "node_modules", "__pycache__")
 # Folders whose paths in the body are always treated as file references.
@@ -622,6 +628,20 @@ def check_description(report, value):
                        "with the words a user would type" % len(collapsed))
 
 
+def check_flag(report, key, value):
+    """A true/false key, read as the loader reads it: a YAML boolean, or the
+    text true or false (which it accepts, and a client that reads YAML types
+    may take for a string)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        report.warning("%s is the text '%s'; skillhost reads it as %s, but write it unquoted so that "
+                       "every client reads a boolean" % (key, value, value.strip().lower()))
+        return
+    report.warning("%s is not true or false; skillhost ignores it and uses %s"
+                   % (key, "true" if key == "user-invocable" else "false"))
+
+
 def check_frontmatter(report, data, folder_name):
     if data is None:
         data = {}
@@ -664,20 +684,49 @@ def check_frontmatter(report, data, folder_name):
                     report.error("metadata '%s' is %s, not a string; quote the value, as in %s: \"%s\""
                                  % (key, shown, key, scalar_text(value) or "..."))
 
+    # The loader reads a wrong type of the keys below as a warning and goes
+    # on without the key (or the entry), so the validator warns too.
     if "allowed-tools" in present:
         tools = present["allowed-tools"]
         if isinstance(tools, str):
             if not tools.strip():
                 report.warning("allowed-tools is empty; remove the key or list the tools")
-        elif isinstance(tools, list) and all(scalar_text(t) is not None for t in tools):
-            report.warning("allowed-tools is a list; the specification defines one space-separated string, "
-                           "such as 'allowed-tools: Bash(git:*) Read'")
+        elif isinstance(tools, list):
+            if not all(scalar_text(t) is not None for t in tools):
+                report.warning("allowed-tools has entries that are not text; skillhost drops them")
+            else:
+                report.warning("allowed-tools is a list; the specification defines one space-separated string, "
+                               "such as 'allowed-tools: Bash(git:*) Read'")
         else:
-            report.error("allowed-tools is neither a space-separated string nor a list of tool names")
+            report.warning("allowed-tools is neither a space-separated string nor a list of tool names; "
+                           "skillhost ignores it")
+
+    for key in ("disable-model-invocation", "user-invocable"):
+        if key in present:
+            check_flag(report, key, present[key])
+
+    if "argument-hint" in present:
+        hint = scalar_text(present["argument-hint"])
+        if hint is None:
+            report.warning("argument-hint is not text; skillhost ignores it. Write it as one string, "
+                           "such as 'argument-hint: \"[file] [format]\"'")
+        else:
+            chars = len(" ".join(hint.split()))
+            if chars > MAX_ARGUMENT_HINT_CHARS:
+                report.warning("argument-hint is %d characters long; skillhost shows the first %d"
+                               % (chars, MAX_ARGUMENT_HINT_CHARS))
+
+    if "model" in present:
+        model = scalar_text(present["model"])
+        if model is None:
+            report.warning("model is not text; skillhost ignores it")
+        else:
+            report.warning("model '%s' does not apply in skillhost, which runs one model for every skill; "
+                           "remove the key unless another client needs it" % model.strip())
 
     for key in data:
         if key not in KNOWN_KEYS:
-            report.warning("'%s' is not a key the Agent Skills specification defines; "
+            report.warning("'%s' is not a key the Agent Skills specification or skillhost defines; "
                            "move it under metadata or remove it" % (key,))
 
 
