@@ -178,10 +178,9 @@ pub fn host_setup(
             Err(why) => format!("{why}; per-process limits only"),
         },
     });
-    let capped = if root {
-        skillhost_actors::workspace::can_cap_size(workspace_base)
-    } else {
-        Err("the server does not run as root".into())
+    let capped = match root {
+        true => skillhost_actors::workspace::can_cap_size(workspace_base).map_err(|err| err.to_string()),
+        false => Err("the server does not run as root".to_string()),
     };
     let budget = sandbox_memory.unwrap_or_else(skillhost_actors::workspace::default_sandbox_memory);
     // One budget for both: live tmpfs workspaces and running commands.

@@ -171,14 +171,31 @@ impl ArtifactStore {
     }
 
     /// Opens one stored file: (file, length).
-    pub fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), String> {
+    pub fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), ArtifactError> {
         let known =
-            self.runs.iter().find(|r| r.id == run_id).ok_or_else(|| format!("no run '{run_id}' has stored files"))?;
+            self.runs.iter().find(|r| r.id == run_id).ok_or_else(|| ArtifactError::NoRun(run_id.to_string()))?;
         if !known.files.iter().any(|f| f.path == path) {
-            return Err(format!("run '{run_id}' has no file '{path}'"));
+            return Err(ArtifactError::NoFile { run_id: run_id.to_string(), path: path.to_string() });
         }
-        self.base.open_file(&format!("{run_id}/{path}")).map_err(|err| err.to_string())
+        self.base.open_file(&format!("{run_id}/{path}")).map_err(|err| ArtifactError::Unreadable(err.to_string()))
     }
+}
+
+/// Why a download finds no file. Each is a 404 for the client, which may
+/// ask again later for a store that was unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArtifactError {
+    /// The run is unknown or its files were let go.
+    #[error("no run '{0}' has stored files")]
+    NoRun(String),
+    #[error("run '{run_id}' has no file '{path}'")]
+    NoFile { run_id: String, path: String },
+    /// The stored copy cannot be opened (the store refuses the path).
+    #[error("{0}")]
+    Unreadable(String),
+    /// The store's actor or lock is gone.
+    #[error("the artifact store is unavailable")]
+    Unavailable,
 }
 
 pub struct ArtifactStoreActor;
@@ -190,7 +207,7 @@ pub enum ArtifactMsg {
     /// Sent by the HTTP routes: the files of a run.
     List { run_id: String, reply: RpcReplyPort<Option<Vec<Artifact>>> },
     /// Sent by the HTTP routes: one file, opened for download.
-    Open { run_id: String, path: String, reply: RpcReplyPort<Result<(File, u64), String>> },
+    Open { run_id: String, path: String, reply: RpcReplyPort<Result<(File, u64), ArtifactError>> },
 }
 
 pub struct ArtifactState {
@@ -234,10 +251,10 @@ impl Actor for ArtifactStoreActor {
             }
             ArtifactMsg::Open { run_id, path, reply } => {
                 let opened = tokio::task::spawn_blocking(move || {
-                    store.lock().map_err(|_| "the artifact store is unavailable".to_string())?.open(&run_id, &path)
+                    store.lock().map_err(|_| ArtifactError::Unavailable)?.open(&run_id, &path)
                 })
                 .await
-                .unwrap_or_else(|_| Err("the artifact store is unavailable".into()));
+                .unwrap_or(Err(ArtifactError::Unavailable));
                 let _ = reply.send(opened);
             }
         }
@@ -269,11 +286,11 @@ impl Artifacts {
         }
     }
 
-    pub async fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), String> {
+    pub async fn open(&self, run_id: &str, path: &str) -> Result<(File, u64), ArtifactError> {
         let (run_id, path) = (run_id.to_string(), path.to_string());
         match self.0.call(|reply| ArtifactMsg::Open { run_id, path, reply }, Some(STORE_TIMEOUT)).await {
             Ok(ractor::rpc::CallResult::Success(opened)) => opened,
-            _ => Err("the artifact store is unavailable".into()),
+            _ => Err(ArtifactError::Unavailable),
         }
     }
 }
@@ -405,7 +422,7 @@ mod tests {
         assert_eq!(paths(&store.store("run-1", changed(work.path()))), ["kept.txt"]);
         assert_eq!(std::fs::read_dir(base.path().join("run-1")).unwrap().count(), 1);
         assert!(store.open("run-1", "../run-1/kept.txt").is_err());
-        assert!(store.open("run-9", "kept.txt").is_err());
+        assert_eq!(store.open("run-9", "kept.txt").map(|_| ()), Err(ArtifactError::NoRun("run-9".into())));
         assert!(store.store("../escape", changed(work.path())).is_empty());
     }
 }

@@ -22,12 +22,18 @@ static REPLICA: OnceLock<String> = OnceLock::new();
 
 /// Checks a replica id: 1 to [`MAX_REPLICA_ID_LEN`] letters, digits or `-`
 /// (what an id, a cookie value and a header value can all carry).
-pub fn check(id: &str) -> Result<(), String> {
+pub fn check(id: &str) -> Result<(), ReplicaIdError> {
     if id.is_empty() || id.len() > MAX_REPLICA_ID_LEN || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!("--replica-id must be 1 to {MAX_REPLICA_ID_LEN} letters, digits or '-', got '{id}'"));
+        return Err(ReplicaIdError(id.to_string()));
     }
     Ok(())
 }
+
+/// A replica id that cannot travel in an id, a cookie and a header: the
+/// server does not start with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--replica-id must be 1 to {MAX_REPLICA_ID_LEN} letters, digits or '-', got '{0}'")]
+pub struct ReplicaIdError(pub String);
 
 /// Names this process; only the first call counts.
 pub fn set(id: &str) {

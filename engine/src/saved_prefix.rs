@@ -283,23 +283,21 @@ fn open_nofollow(path: &Path) -> std::io::Result<File> {
 /// This server's key for signing records: read from `path` when it is a
 /// plain file of this user's that no one else may read or write, made
 /// there (mode 0600, never through a link) when nothing is there.
-fn signing_key(path: &Path) -> Result<Vec<u8>, String> {
+fn signing_key(path: &Path) -> Result<Vec<u8>, KeyFileError> {
     use std::io::Write;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     match open_nofollow(path) {
         Ok(mut file) => {
-            let meta = file.metadata().map_err(|err| err.to_string())?;
+            let meta = file.metadata()?;
             // SAFETY: plain getter.
             let me = unsafe { libc::geteuid() };
             if !meta.file_type().is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-                return Err(format!(
-                    "it must be a plain file owned by uid {me} that only its owner may read (mode 0600); remove it to make a new one"
-                ));
+                return Err(KeyFileError::Exposed { uid: me });
             }
             let mut key = Vec::new();
-            file.read_to_end(&mut key).map_err(|err| err.to_string())?;
+            file.read_to_end(&mut key)?;
             if key.len() != KEY_BYTES {
-                return Err(format!("it holds {} bytes, not {KEY_BYTES}; remove it to make a new one", key.len()));
+                return Err(KeyFileError::Length(key.len()));
             }
             Ok(key)
         }
@@ -310,13 +308,26 @@ fn signing_key(path: &Path) -> Result<Vec<u8>, String> {
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
-                .open(path)
-                .map_err(|err| err.to_string())?;
-            file.write_all(&key).map_err(|err| err.to_string())?;
+                .open(path)?;
+            file.write_all(&key)?;
             Ok(key.to_vec())
         }
-        Err(err) => Err(err.to_string()),
+        Err(err) => Err(err.into()),
     }
+}
+
+/// Why the prefix cache's key cannot be used: the cache is off for this
+/// run (logged), and the server serves without it.
+#[derive(Debug, thiserror::Error)]
+enum KeyFileError {
+    /// Another user could read or replace it, or it is not a plain file.
+    #[error("it must be a plain file owned by uid {uid} that only its owner may read (mode 0600); remove it to make a new one")]
+    Exposed { uid: u32 },
+    #[error("it holds {0} bytes, not {KEY_BYTES}; remove it to make a new one")]
+    Length(usize),
+    /// It cannot be opened, read or made (a link at its name refuses to open).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
@@ -377,11 +388,12 @@ mod tests {
         let path = dir.path().join(KEY_FILE);
         std::fs::write(&path, [1u8; KEY_BYTES]).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(signing_key(&path).unwrap_err().contains("mode 0600"));
+        assert!(matches!(signing_key(&path), Err(KeyFileError::Exposed { .. })));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(signing_key(&path).unwrap(), [1u8; KEY_BYTES]);
         std::fs::write(&path, [1u8; KEY_BYTES + 1]).unwrap();
-        assert!(signing_key(&path).unwrap_err().contains("not 32"));
+        let err = signing_key(&path).unwrap_err();
+        assert_eq!(err.to_string(), "it holds 33 bytes, not 32; remove it to make a new one");
         // A link at the name is neither read nor written through.
         std::fs::remove_file(&path).unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
@@ -389,7 +401,7 @@ mod tests {
         std::fs::write(&target, [2u8; KEY_BYTES]).unwrap();
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::symlink(&target, &path).unwrap();
-        assert!(signing_key(&path).is_err());
+        assert!(matches!(signing_key(&path), Err(KeyFileError::Io(_))));
         assert_eq!(std::fs::read(&target).unwrap(), [2u8; KEY_BYTES]);
     }
 }

@@ -681,7 +681,7 @@ impl ServeArgs {
         }
         let remote = self.resolve_upstreams()?;
         if let Some(id) = &self.replica_id {
-            skillhost_actors::replica::check(id).map_err(ConfigError)?;
+            skillhost_actors::replica::check(id).map_err(|err| ConfigError(err.to_string()))?;
         }
         let model = match (self.model.clone(), &remote) {
             (Some(_), Some(_)) => {
@@ -946,12 +946,31 @@ fn checked_keys(keys: &[String], flag: &str) -> Result<Vec<String>, ConfigError>
         .collect()
 }
 
-fn check_key(key: &str) -> Result<&str, String> {
+/// Why a key or a key file is refused: at start-up the server does not
+/// start; on SIGHUP the keys in force stay as they were.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("a key is empty")]
+    Empty,
+    #[error("a key may hold only printable ASCII characters without spaces (it is sent in a header)")]
+    NotPrintable,
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable { path: PathBuf, source: std::io::Error },
+    /// A line of a key file holds a key that is refused.
+    #[error("{} line {line}: {key}", path.display())]
+    Line { path: PathBuf, line: usize, key: Box<KeyError> },
+    /// A key file with no key would lock every client out (or, for admin
+    /// keys, mean nothing).
+    #[error("{} holds no key", .0.display())]
+    NoKey(PathBuf),
+}
+
+fn check_key(key: &str) -> Result<&str, KeyError> {
     if key.is_empty() {
-        return Err("a key is empty".into());
+        return Err(KeyError::Empty);
     }
     if !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("a key may hold only printable ASCII characters without spaces (it is sent in a header)".into());
+        return Err(KeyError::NotPrintable);
     }
     Ok(key)
 }
@@ -959,18 +978,20 @@ fn check_key(key: &str) -> Result<&str, String> {
 /// Reads a key file: one key a line; blank lines and lines starting with
 /// `#` are skipped. A file with no key is an error (it would lock every
 /// client out, or, for admin keys, mean nothing).
-pub fn read_key_file(path: &Path) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+pub fn read_key_file(path: &Path) -> Result<Vec<String>, KeyError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| KeyError::Unreadable { path: path.to_path_buf(), source })?;
     let mut keys = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        keys.push(check_key(line).map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?.to_string());
+        let refused = |key| KeyError::Line { path: path.to_path_buf(), line: number + 1, key: Box::new(key) };
+        keys.push(check_key(line).map_err(refused)?.to_string());
     }
     if keys.is_empty() {
-        return Err(format!("{} holds no key", path.display()));
+        return Err(KeyError::NoKey(path.to_path_buf()));
     }
     Ok(keys)
 }

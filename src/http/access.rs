@@ -22,7 +22,7 @@ use actix_web::HttpResponse;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::{read_key_file, AccessConfig};
+use crate::config::{read_key_file, AccessConfig, KeyError};
 use crate::http::error::{ApiError, ErrorStyle};
 use crate::http::AppState;
 
@@ -151,6 +151,16 @@ pub struct Access {
     loopback: bool,
 }
 
+/// Why the key files could not be read again: the keys in force stay as
+/// they were (and at start-up, where the files were checked just before,
+/// the error is logged).
+#[derive(Debug, thiserror::Error)]
+#[error("{flag}: {source}")]
+pub struct ReloadError {
+    flag: &'static str,
+    source: KeyError,
+}
+
 impl Default for Access {
     /// No keys, loopback: what a server started without flags allows.
     fn default() -> Self {
@@ -172,13 +182,14 @@ impl Access {
 
     /// Reads the key files again (on SIGHUP). On an error the keys in force
     /// stay as they were.
-    pub fn reload(&self) -> Result<(), String> {
-        let read = |keys: &[String], file: &Option<PathBuf>, flag: &str| -> Result<Vec<[u8; 32]>, String> {
+    pub fn reload(&self) -> Result<(), ReloadError> {
+        let read = |keys: &[String], file: &Option<PathBuf>, flag: &'static str| {
             let mut all: Vec<[u8; 32]> = keys.iter().map(|k| digest(k)).collect();
             if let Some(path) = file {
-                all.extend(read_key_file(path).map_err(|err| format!("{flag}: {err}"))?.iter().map(|k| digest(k)));
+                let keys = read_key_file(path).map_err(|source| ReloadError { flag, source })?;
+                all.extend(keys.iter().map(|k| digest(k)));
             }
-            Ok(all)
+            Ok::<_, ReloadError>(all)
         };
         let user = read(&self.config.api_keys, &self.config.api_key_file, "--api-key-file")?;
         let admin = read(&self.config.admin_keys, &self.config.admin_key_file, "--admin-key-file")?;

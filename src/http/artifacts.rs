@@ -75,7 +75,7 @@ pub async fn download(
     on_this_replica(&run_id)?;
     let store = store(&state)?.clone();
     let name = path.rsplit('/').next().unwrap_or("file").to_string();
-    let (file, len) = store.open(&run_id, &path).await.map_err(ApiError::NotFound)?;
+    let (file, len) = store.open(&run_id, &path).await.map_err(|err| ApiError::NotFound(err.to_string()))?;
     // Streamed a chunk at a time, so a download holds one chunk of memory
     // however large the file and however many are in flight.
     let reader = tokio::fs::File::from_std(file).take(len);

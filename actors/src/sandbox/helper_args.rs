@@ -67,12 +67,13 @@ pub enum HelperArgsError {
 }
 
 /// `NAME=VALUE`, with a name a shell could export.
-fn parse_env(text: &str) -> Result<(String, String), String> {
-    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
+fn parse_env(text: &str) -> Result<(String, String), HelperArgsError> {
+    let refused = |expected| HelperArgsError::BadValue { flag: "--env", value: text.to_string(), expected };
+    let (name, value) = text.split_once('=').ok_or_else(|| refused("NAME=VALUE"))?;
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid {
-        return Err(format!("'{name}' is not a variable name"));
+        return Err(refused("a variable name"));
     }
     Ok((name.to_string(), value.to_string()))
 }
@@ -151,12 +152,7 @@ impl HelperArgs {
                 "--cgroup" => parsed.cgroups.push(PathBuf::from(value(&mut args, "--cgroup")?)),
                 "--env" => {
                     let pair = text(value(&mut args, "--env")?, "--env")?;
-                    let parsed_pair = parse_env(&pair).map_err(|why| HelperArgsError::BadValue {
-                        flag: "--env",
-                        value: pair.clone(),
-                        expected: if why.starts_with("expected") { "NAME=VALUE" } else { "a variable name" },
-                    })?;
-                    parsed.env.push(parsed_pair);
+                    parsed.env.push(parse_env(&pair)?);
                 }
                 other => return Err(HelperArgsError::Unknown(other.to_string())),
             }

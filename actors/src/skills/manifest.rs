@@ -115,13 +115,40 @@ pub fn normalize_name(raw: &str) -> Option<String> {
     (!trimmed.is_empty()).then_some(trimmed)
 }
 
+/// Why a SKILL.md cannot load at all (everything else loads with a
+/// warning): the registry lists the skill among its errors while the others
+/// load, and an upload is refused with this sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("SKILL.md does not start with a YAML frontmatter block ('---' on the first line)")]
+    NoFrontmatter,
+    #[error("SKILL.md's frontmatter block is not closed by a '---' line")]
+    Unclosed,
+    #[error("the frontmatter is not valid YAML: {0}")]
+    Yaml(String),
+    #[error("the frontmatter is not a YAML mapping of keys to values")]
+    NotAMapping,
+    #[error("the frontmatter has no description")]
+    NoDescription,
+    #[error("the description is not text")]
+    DescriptionNotText,
+    #[error("the description is empty")]
+    EmptyDescription,
+    /// No usable name, and no folder to take one from.
+    #[error("{why}, and there is no directory name to use instead")]
+    NoName { why: String },
+    /// No usable name, and the folder's name cannot be made into one.
+    #[error("{why}, and the directory name '{dir}' cannot be made into one")]
+    NoNameFromDir { why: String, dir: String },
+}
+
 /// Splits a SKILL.md into frontmatter text and body.
-fn split_frontmatter(text: &str) -> Result<(&str, &str), String> {
+fn split_frontmatter(text: &str) -> Result<(&str, &str), ManifestError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or_default();
     if first.trim_end() != "---" {
-        return Err("SKILL.md does not start with a YAML frontmatter block ('---' on the first line)".into());
+        return Err(ManifestError::NoFrontmatter);
     }
     let start = first.len();
     let mut offset = start;
@@ -132,7 +159,7 @@ fn split_frontmatter(text: &str) -> Result<(&str, &str), String> {
         }
         offset += line.len();
     }
-    Err("SKILL.md's frontmatter block is not closed by a '---' line".into())
+    Err(ManifestError::Unclosed)
 }
 
 /// A YAML scalar as text; `None` for mappings, sequences and null.
@@ -148,27 +175,26 @@ fn scalar_text(value: &Yaml) -> Option<String> {
 
 /// Parses a SKILL.md. `dir_name` is the name of the directory holding it,
 /// when there is one (an uploaded bare SKILL.md has none).
-pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, String> {
+pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, ManifestError> {
     let (frontmatter, body) = split_frontmatter(text)?;
     // serde_yaml refuses duplicate keys in a mapping, which is what we want:
     // a silent last-one-wins would load something the author did not mean.
-    let yaml: Yaml =
-        serde_yaml::from_str(frontmatter).map_err(|err| format!("the frontmatter is not valid YAML: {err}"))?;
+    let yaml: Yaml = serde_yaml::from_str(frontmatter).map_err(|err| ManifestError::Yaml(err.to_string()))?;
     let mapping = match yaml {
         Yaml::Mapping(mapping) => mapping,
         Yaml::Null => serde_yaml::Mapping::new(),
-        _ => return Err("the frontmatter is not a YAML mapping of keys to values".into()),
+        _ => return Err(ManifestError::NotAMapping),
     };
     let get = |key: &str| mapping.get(key).filter(|v| !v.is_null());
     let mut warnings = Vec::new();
 
     let description = match get("description").and_then(scalar_text) {
         Some(text) => text.split_whitespace().collect::<Vec<_>>().join(" "),
-        None if get("description").is_some() => return Err("the description is not text".into()),
-        None => return Err("the frontmatter has no description".into()),
+        None if get("description").is_some() => return Err(ManifestError::DescriptionNotText),
+        None => return Err(ManifestError::NoDescription),
     };
     if description.is_empty() {
-        return Err("the description is empty".into());
+        return Err(ManifestError::EmptyDescription);
     }
     let description_chars = description.chars().count();
     if description_chars > MAX_DESCRIPTION_CHARS {
@@ -316,10 +342,14 @@ pub fn parse_manifest(text: &str, dir_name: Option<&str>) -> Result<Manifest, St
 }
 
 /// The name to use, with warnings for every deviation.
-fn resolve_name(value: Option<&Yaml>, dir_name: Option<&str>, warnings: &mut Vec<String>) -> Result<String, String> {
-    let from_dir = |warnings: &mut Vec<String>, why: &str| -> Result<String, String> {
+fn resolve_name(
+    value: Option<&Yaml>,
+    dir_name: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<String, ManifestError> {
+    let from_dir = |warnings: &mut Vec<String>, why: &str| -> Result<String, ManifestError> {
         let Some(dir) = dir_name else {
-            return Err(format!("{why}, and there is no directory name to use instead"));
+            return Err(ManifestError::NoName { why: why.to_string() });
         };
         if is_valid_name(dir) {
             warnings.push(format!("{why}; using the directory name '{dir}'"));
@@ -330,7 +360,7 @@ fn resolve_name(value: Option<&Yaml>, dir_name: Option<&str>, warnings: &mut Vec
                 warnings.push(format!("{why}; using '{name}', made from the directory name '{dir}'"));
                 Ok(name)
             }
-            None => Err(format!("{why}, and the directory name '{dir}' cannot be made into one")),
+            None => Err(ManifestError::NoNameFromDir { why: why.to_string(), dir: dir.to_string() }),
         }
     };
     let raw = match value {
@@ -386,15 +416,16 @@ mod tests {
         for (text, expected) in cases {
             match parse_manifest(&text, Some("a")) {
                 Ok(m) => panic!("accepted {text:?}: {m:?}"),
-                Err(err) => assert!(err.contains(expected), "{err:?} does not contain {expected:?}"),
+                Err(err) => assert!(err.to_string().contains(expected), "{err:?} does not contain {expected:?}"),
             }
         }
         // No usable name and no directory to fall back on.
-        let err = parse_manifest(&manifest("description: x\n"), None).err().unwrap_or_default();
-        assert_eq!(err, "the frontmatter has no name, and there is no directory name to use instead");
-        let err = parse_manifest(&manifest("name: \"!!!\"\ndescription: x\n"), Some("???")).err().unwrap_or_default();
+        let err = parse_manifest(&manifest("description: x\n"), None).unwrap_err();
+        assert_eq!(err, ManifestError::NoName { why: "the frontmatter has no name".into() });
+        assert_eq!(err.to_string(), "the frontmatter has no name, and there is no directory name to use instead");
+        let err = parse_manifest(&manifest("name: \"!!!\"\ndescription: x\n"), Some("???")).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "the name '!!!' cannot be made into a valid skill name, and the directory name '???' cannot be made into one"
         );
     }

@@ -109,7 +109,7 @@ pub fn scan(roots: &[Root]) -> Snapshot {
             }
             match load_skill(&dir, root.origin, &skip) {
                 Ok(skill) => loaded.push(skill),
-                Err(message) => errors.push(LoadError { path: dir, message }),
+                Err(err) => errors.push(LoadError { path: dir, message: err.to_string() }),
             }
         }
     }

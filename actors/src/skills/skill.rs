@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use globset::GlobSet;
 
-use super::manifest::{parse_manifest, Manifest};
+use super::manifest::{parse_manifest, Manifest, ManifestError};
 use crate::path_guard;
 
 /// Largest SKILL.md that is parsed.
@@ -105,23 +105,45 @@ fn looks_like_text(bytes: &[u8]) -> bool {
     }
 }
 
+/// Why a skill does not load: the registry lists it among its errors while
+/// the others load, and an upload is refused with this sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillError {
+    /// Its folder or its SKILL.md is refused by the path guard.
+    #[error(transparent)]
+    Path(#[from] path_guard::PathError),
+    #[error("SKILL.md is {0} bytes; the limit is {MAX_SKILL_MD_BYTES} bytes (4 MB)")]
+    ManifestTooLarge(u64),
+    /// It grew past the limit while it was read.
+    #[error("SKILL.md is larger than the limit of {MAX_SKILL_MD_BYTES} bytes (4 MB)")]
+    ManifestGrew,
+    #[error("SKILL.md cannot be read: {0}")]
+    Unreadable(std::io::Error),
+    #[error("SKILL.md is not valid UTF-8 text")]
+    NotUtf8,
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{} cannot be listed: {source}", dir.display())]
+    Unlistable { dir: PathBuf, source: std::io::Error },
+    #[error("the skill holds more than {MAX_SKILL_FILES} files")]
+    TooManyFiles,
+    #[error("the skill's files total more than {MAX_SKILL_BYTES} bytes (256 MB)")]
+    TooLarge,
+}
+
 /// Loads the skill in `dir`. `skip` names folders never indexed.
-pub fn load_skill(dir: &Path, origin: Origin, skip: &GlobSet) -> Result<Skill, String> {
-    let root = path_guard::canonical_root(dir).map_err(|err| err.to_string())?;
-    let opened = path_guard::open_file(&root, "SKILL.md").map_err(|err| err.to_string())?;
+pub fn load_skill(dir: &Path, origin: Origin, skip: &GlobSet) -> Result<Skill, SkillError> {
+    let root = path_guard::canonical_root(dir)?;
+    let opened = path_guard::open_file(&root, "SKILL.md")?;
     if opened.len > MAX_SKILL_MD_BYTES {
-        return Err(format!("SKILL.md is {} bytes; the limit is {MAX_SKILL_MD_BYTES} bytes (4 MB)", opened.len));
+        return Err(SkillError::ManifestTooLarge(opened.len));
     }
     let mut raw = Vec::new();
-    opened
-        .file
-        .take(MAX_SKILL_MD_BYTES + 1)
-        .read_to_end(&mut raw)
-        .map_err(|err| format!("SKILL.md cannot be read: {err}"))?;
+    opened.file.take(MAX_SKILL_MD_BYTES + 1).read_to_end(&mut raw).map_err(SkillError::Unreadable)?;
     if raw.len() as u64 > MAX_SKILL_MD_BYTES {
-        return Err(format!("SKILL.md is larger than the limit of {MAX_SKILL_MD_BYTES} bytes (4 MB)"));
+        return Err(SkillError::ManifestGrew);
     }
-    let text = String::from_utf8(raw).map_err(|_| "SKILL.md is not valid UTF-8 text".to_string())?;
+    let text = String::from_utf8(raw).map_err(|_| SkillError::NotUtf8)?;
     let dir_name = root.file_name().map(|n| n.to_string_lossy().into_owned());
     let manifest = parse_manifest(&text, dir_name.as_deref())?;
     let mut warnings = manifest.warnings.clone();
@@ -159,8 +181,8 @@ struct Listing {
 /// Indexes every file under `dir` through the path guard; links are served
 /// only while they stay inside, and linked folders are not followed (they
 /// would list files twice or loop).
-fn list_files(root: &Path, dir: &Path, skip: &GlobSet, listing: &mut Listing) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|err| format!("{} cannot be listed: {err}", dir.display()))?;
+fn list_files(root: &Path, dir: &Path, skip: &GlobSet, listing: &mut Listing) -> Result<(), SkillError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| SkillError::Unlistable { dir: dir.to_path_buf(), source })?;
     let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
@@ -190,11 +212,11 @@ fn list_files(root: &Path, dir: &Path, skip: &GlobSet, listing: &mut Listing) ->
             }
         };
         if listing.files.len() >= MAX_SKILL_FILES {
-            return Err(format!("the skill holds more than {MAX_SKILL_FILES} files"));
+            return Err(SkillError::TooManyFiles);
         }
         listing.bytes += opened.len;
         if listing.bytes > MAX_SKILL_BYTES {
-            return Err(format!("the skill's files total more than {MAX_SKILL_BYTES} bytes (256 MB)"));
+            return Err(SkillError::TooLarge);
         }
         let mut head = Vec::with_capacity(TEXT_SNIFF_BYTES);
         let text = opened.file.take(TEXT_SNIFF_BYTES as u64).read_to_end(&mut head).is_ok() && looks_like_text(&head);

@@ -231,9 +231,9 @@ fn mount_tmpfs(path: &Path, bytes: u64, owner: Option<(u32, u32)>) -> std::io::R
 
 /// Whether this server can give workspaces a size cap: it can mount a
 /// tmpfs (root, and a mount namespace that allows it). Tried once at start.
-pub fn can_cap_size(base: &Path) -> Result<(), String> {
-    let probe = tempfile::Builder::new().prefix("probe-").tempdir_in(base).map_err(|err| err.to_string())?;
-    mount_tmpfs(probe.path(), 1024 * 1024, None).map_err(|err| err.to_string())?;
+pub fn can_cap_size(base: &Path) -> std::io::Result<()> {
+    let probe = tempfile::Builder::new().prefix("probe-").tempdir_in(base)?;
+    mount_tmpfs(probe.path(), 1024 * 1024, None)?;
     let _ = rustix::mount::unmount(probe.path(), rustix::mount::UnmountFlags::DETACH);
     Ok(())
 }
@@ -264,7 +264,7 @@ mod worker {
 
         pub fn start(handle: DirHandle, owner: Option<(u32, u32)>) -> std::io::Result<Worker> {
             let (jobs, inbox) = mpsc::channel::<Job>();
-            let (ready_tx, ready) = mpsc::channel::<Result<(), String>>();
+            let (ready_tx, ready) = mpsc::channel::<std::io::Result<()>>();
             let thread = std::thread::Builder::new().name("workspace".into()).spawn(move || {
                 if let Some((uid, gid)) = owner {
                     if let Err(why) = become_owner(uid, gid) {
@@ -279,7 +279,7 @@ mod worker {
             })?;
             match ready.recv() {
                 Ok(Ok(())) => Ok(Worker { jobs: Some(jobs), thread: Some(thread) }),
-                Ok(Err(why)) => Err(std::io::Error::other(why)),
+                Ok(Err(why)) => Err(why),
                 Err(_) => Err(std::io::Error::other("the workspace thread did not start")),
             }
         }
@@ -305,9 +305,10 @@ mod worker {
     /// Sets this thread's filesystem ids (and no supplementary groups).
     /// Only this thread changes: the raw calls are per thread on Linux, and
     /// nothing else ever runs here.
-    fn become_owner(uid: u32, gid: u32) -> Result<(), String> {
-        rustix::thread::set_thread_groups(&[])
-            .map_err(|err| format!("cannot clear the workspace thread's groups: {err}"))?;
+    fn become_owner(uid: u32, gid: u32) -> std::io::Result<()> {
+        rustix::thread::set_thread_groups(&[]).map_err(|err| {
+            std::io::Error::new(err.kind(), format!("cannot clear the workspace thread's groups: {err}"))
+        })?;
         // SAFETY: setfsgid/setfsuid take plain integers and change only
         // this thread's filesystem credentials; they return the previous
         // value, so a second call shows whether the first one took.
@@ -317,7 +318,7 @@ mod worker {
             (libc::setfsgid(gid) as u32, libc::setfsuid(uid) as u32)
         };
         if (uid_now, gid_now) != (uid, gid) {
-            return Err(format!("cannot take the workspace's filesystem ids {uid}:{gid}"));
+            return Err(std::io::Error::other(format!("cannot take the workspace's filesystem ids {uid}:{gid}")));
         }
         Ok(())
     }

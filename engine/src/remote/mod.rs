@@ -453,7 +453,7 @@ impl Job {
             let step = match stream.next(&mut reader, &mut line) {
                 Ok(Some(step)) => step,
                 Ok(None) => return self.broken(lease, "it closed the stream before the answer ended".into(), sent_any),
-                Err(err) => return self.broken(lease, err, sent_any),
+                Err(err) => return self.broken(lease, err.to_string(), sent_any),
             };
             match step {
                 Step::Nothing => {}
@@ -550,32 +550,52 @@ fn post(
     with_key(agent.post(format!("{}{path}", upstream.config.url)), upstream).header("content-type", "application/json")
 }
 
-fn get_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str) -> Result<Value, String> {
+/// Why an upstream's answer to a probe or a health check is not usable: the
+/// upstream is marked down with this reason, and a start-up with none up
+/// names it.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    /// No answer: refused, timed out, or cut off.
+    #[error("{0}")]
+    Transport(ureq::Error),
+    #[error("it answered {0}")]
+    Status(ureq::http::StatusCode),
+    #[error("its answer is not JSON ({0})")]
+    NotJson(serde_json::Error),
+    /// Neither llama-server's `/props` nor OpenAI's `/v1/models` answered.
+    #[error("/props: {props}; /v1/models: {models}")]
+    Neither { props: Box<ProbeError>, models: Box<ProbeError> },
+    /// `/props` answered, but not as llama-server, and `/v1/models` failed.
+    #[error("/v1/models: {0}")]
+    Models(Box<ProbeError>),
+}
+
+fn get_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str) -> Result<Value, ProbeError> {
     let response = with_key(agent.get(format!("{}{path}", upstream.config.url)), upstream)
         .call()
-        .map_err(|err| err.to_string())?;
+        .map_err(ProbeError::Transport)?;
     read_json(response)
 }
 
-fn post_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str, body: &Value) -> Result<Value, String> {
-    let response = post(agent, upstream, path).send(body.to_string()).map_err(|err| err.to_string())?;
+fn post_json(agent: &ureq::Agent, upstream: &fleet::Upstream, path: &str, body: &Value) -> Result<Value, ProbeError> {
+    let response = post(agent, upstream, path).send(body.to_string()).map_err(ProbeError::Transport)?;
     read_json(response)
 }
 
-fn read_json(response: ureq::http::Response<ureq::Body>) -> Result<Value, String> {
+fn read_json(response: ureq::http::Response<ureq::Body>) -> Result<Value, ProbeError> {
     let status = response.status();
     if status != 200 {
-        return Err(format!("it answered {status}"));
+        return Err(ProbeError::Status(status));
     }
     let text =
-        response.into_body().with_config().limit(PROBE_BODY_BYTES).read_to_string().map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|err| format!("its answer is not JSON ({err})"))
+        response.into_body().with_config().limit(PROBE_BODY_BYTES).read_to_string().map_err(ProbeError::Transport)?;
+    serde_json::from_str(&text).map_err(ProbeError::NotJson)
 }
 
 /// Learns how to talk to an upstream: llama-server answers `/props` (its
 /// template, tokens and context); anything else OpenAI-compatible answers
 /// `/v1/models`.
-fn probe(agent: &ureq::Agent, upstream: &fleet::Upstream) -> Result<Probe, String> {
+fn probe(agent: &ureq::Agent, upstream: &fleet::Upstream) -> Result<Probe, ProbeError> {
     let props = get_json(agent, upstream, "/props");
     if let Ok(props) = &props {
         if props.get("chat_template").is_some() || props.get("default_generation_settings").is_some() {
@@ -598,8 +618,8 @@ fn probe(agent: &ureq::Agent, upstream: &fleet::Upstream) -> Result<Probe, Strin
         }
     }
     let models = get_json(agent, upstream, "/v1/models").map_err(|err| match props {
-        Err(props_err) => format!("/props: {props_err}; /v1/models: {err}"),
-        Ok(_) => format!("/v1/models: {err}"),
+        Err(props) => ProbeError::Neither { props: Box::new(props), models: Box::new(err) },
+        Ok(_) => ProbeError::Models(Box::new(err)),
     })?;
     let _ = upstream.dialect.set(match upstream.mode() {
         UpstreamMode::Completion => Dialect::OpenAiCompletions,

@@ -221,6 +221,28 @@ pub enum Step {
     Nothing,
 }
 
+/// Why an upstream's stream was given up. The upstream is marked down with
+/// it; the request is retried on another upstream before its first token,
+/// and fails with it after.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("reading its stream failed ({0})")]
+    Read(String),
+    #[error("it sent an event longer than {MAX_EVENT_BYTES} bytes")]
+    EventTooLong,
+    #[error("it sent more than {MAX_ANSWER_BYTES} bytes for one answer")]
+    AnswerTooLong,
+    #[error("it sent an event that is not UTF-8")]
+    NotUtf8,
+    #[error("it sent an event that is not JSON ({0})")]
+    NotJson(String),
+    /// The upstream's own error event.
+    #[error("it reported an error: {0}")]
+    Reported(String),
+    #[error("it sent more than {MAX_STREAMED_CALLS} tool calls in one answer")]
+    TooManyCalls,
+}
+
 /// Reads one dialect's event stream, one event at a time.
 pub struct StreamReader {
     dialect: Dialect,
@@ -258,46 +280,45 @@ impl StreamReader {
     }
 
     /// Reads the next event from `reader`; `Ok(None)` at the stream's end.
-    pub fn next<R: BufRead>(&mut self, reader: &mut R, line: &mut Vec<u8>) -> Result<Option<Step>, String> {
+    pub fn next<R: BufRead>(&mut self, reader: &mut R, line: &mut Vec<u8>) -> Result<Option<Step>, StreamError> {
         loop {
             line.clear();
             let n = std::io::Read::take(&mut *reader, MAX_EVENT_BYTES as u64 + 1)
                 .read_until(b'\n', line)
-                .map_err(|err| format!("reading its stream failed ({err})"))?;
+                .map_err(|err| StreamError::Read(err.to_string()))?;
             if n == 0 {
                 // OpenAI streams end with `[DONE]`, but an end after the
                 // finish reason loses nothing.
                 return Ok(self.finish.is_some().then(|| self.done()));
             }
             if line.len() > MAX_EVENT_BYTES {
-                return Err(format!("it sent an event longer than {MAX_EVENT_BYTES} bytes"));
+                return Err(StreamError::EventTooLong);
             }
             self.received += n;
             if self.received > MAX_ANSWER_BYTES {
-                return Err(format!("it sent more than {MAX_ANSWER_BYTES} bytes for one answer"));
+                return Err(StreamError::AnswerTooLong);
             }
-            let text = std::str::from_utf8(line).map_err(|_| "it sent an event that is not UTF-8".to_string())?;
+            let text = std::str::from_utf8(line).map_err(|_| StreamError::NotUtf8)?;
             let text = text.trim_end_matches(['\r', '\n']);
             if let Some(error) = text.strip_prefix("error:") {
-                return Err(format!("it reported an error: {}", error.trim()));
+                return Err(StreamError::Reported(error.trim().to_string()));
             }
             let Some(data) = text.strip_prefix("data:") else { continue };
             let data = data.trim_start();
             if data == "[DONE]" {
                 return Ok(Some(self.done()));
             }
-            let event: Value =
-                serde_json::from_str(data).map_err(|err| format!("it sent an event that is not JSON ({err})"))?;
+            let event: Value = serde_json::from_str(data).map_err(|err| StreamError::NotJson(err.to_string()))?;
             if let Some(error) = event.get("error") {
                 let message =
                     error.get("message").and_then(Value::as_str).map_or_else(|| error.to_string(), String::from);
-                return Err(format!("it reported an error: {message}"));
+                return Err(StreamError::Reported(message));
             }
             return self.event(&event).map(Some);
         }
     }
 
-    fn event(&mut self, event: &Value) -> Result<Step, String> {
+    fn event(&mut self, event: &Value) -> Result<Step, StreamError> {
         self.chunks += 1;
         if let Some(usage) = event.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
@@ -357,7 +378,7 @@ impl StreamReader {
     }
 
     /// Chat mode: tool calls arrive as pieces keyed by their index.
-    fn read_calls(&mut self, delta: &Value) -> Result<(), String> {
+    fn read_calls(&mut self, delta: &Value) -> Result<(), StreamError> {
         let Some(pieces) = delta.get("tool_calls").and_then(Value::as_array) else { return Ok(()) };
         if self.first_text.is_none() {
             self.first_text = Some(Instant::now());
@@ -365,7 +386,7 @@ impl StreamReader {
         for piece in pieces {
             let index = piece.get("index").and_then(Value::as_u64).unwrap_or(self.calls.len() as u64) as usize;
             if index >= MAX_STREAMED_CALLS {
-                return Err(format!("it sent more than {MAX_STREAMED_CALLS} tool calls in one answer"));
+                return Err(StreamError::TooManyCalls);
             }
             while self.calls.len() <= index {
                 self.calls.push(PartialCall::default());
@@ -430,7 +451,7 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    fn read_all(dialect: Dialect, stream: &str) -> Result<Vec<Step>, String> {
+    fn read_all(dialect: Dialect, stream: &str) -> Result<Vec<Step>, StreamError> {
         let mut reader = StreamReader::new(dialect, Instant::now());
         let mut input = stream.as_bytes();
         let mut line = Vec::new();
@@ -491,19 +512,15 @@ mod tests {
     #[test]
     fn garbage_and_errors_end_the_stream_with_a_reason() {
         assert_eq!(
-            read_all(Dialect::LlamaServer, "data: {not json\n")
-                .map_err(|e| e.starts_with("it sent an event that is not JSON")),
+            read_all(Dialect::LlamaServer, "data: {not json\n").map_err(|e| matches!(e, StreamError::NotJson(_))),
             Err(true)
         );
         assert_eq!(
             read_all(Dialect::LlamaServer, "data: {\"error\":{\"message\":\"boom\"}}\n"),
-            Err("it reported an error: boom".into())
+            Err(StreamError::Reported("boom".into()))
         );
         let long = format!("data: \"{}\"\n", "x".repeat(MAX_EVENT_BYTES));
-        assert_eq!(
-            read_all(Dialect::LlamaServer, &long),
-            Err(format!("it sent an event longer than {MAX_EVENT_BYTES} bytes"))
-        );
+        assert_eq!(read_all(Dialect::LlamaServer, &long), Err(StreamError::EventTooLong));
         // At the limit (the line, newline included) it is read.
         let at_limit = format!("data: \"{}\"\n", "x".repeat(MAX_EVENT_BYTES - 9));
         assert_eq!(at_limit.len(), MAX_EVENT_BYTES);
@@ -532,10 +549,7 @@ mod tests {
         };
         let at = read_all(Dialect::LlamaServer, &padded(MAX_ANSWER_BYTES)).unwrap();
         assert_eq!(at.first(), Some(&Step::Text("a".into())));
-        assert_eq!(
-            read_all(Dialect::LlamaServer, &padded(MAX_ANSWER_BYTES + 1)),
-            Err(format!("it sent more than {MAX_ANSWER_BYTES} bytes for one answer"))
-        );
+        assert_eq!(read_all(Dialect::LlamaServer, &padded(MAX_ANSWER_BYTES + 1)), Err(StreamError::AnswerTooLong));
     }
 
     #[test]
@@ -547,7 +561,7 @@ mod tests {
         assert!(read_all(Dialect::OpenAiChat, &at).is_ok());
         let past =
             at.replace(&format!("\"index\":{}", MAX_STREAMED_CALLS - 1), &format!("\"index\":{MAX_STREAMED_CALLS}"));
-        assert!(read_all(Dialect::OpenAiChat, &past).is_err());
+        assert_eq!(read_all(Dialect::OpenAiChat, &past).map(|_| ()), Err(StreamError::TooManyCalls));
     }
 
     #[test]
