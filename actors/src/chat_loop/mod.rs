@@ -11,101 +11,35 @@ pub mod budget;
 pub mod output;
 mod reasoning;
 mod round;
+mod settings;
 mod setup;
+mod state;
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use skillhost_engine::{ChatMessage, EngineError, GenerationEvent, Role, Timings, ToolCall, ToolDef};
+use skillhost_engine::{ChatMessage, EngineError, GenerationEvent, Role, Timings};
 use tokio::sync::mpsc;
 
 use crate::artifacts::Artifacts;
 use crate::conversations::Conversations;
 use crate::model::ModelBackend;
-use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, ContextParts, RoundStats, Usage};
-use crate::sandbox::actor::SandboxMsg;
+use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
 use crate::sandbox::ExecRuntime;
-use crate::skills::outcomes::{Outcome, SkillOutcomes, TurnSkills};
+use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::Snapshot;
 use crate::task::AbortOnDrop;
 use crate::tools::agents::AgentOp;
 use crate::tools::allowed::Allowed;
 use crate::tools::router::Answered;
-use crate::tools::skills::ToolContext;
-use crate::tools::workspace_actor::{self as workspace_actor, WorkspaceMsg};
-use agents::{AgentLimits, AgentStats, Agents, ChildSeat};
-use output::RoundOutput;
+use crate::tools::workspace_actor;
+use agents::{AgentStats, ChildSeat};
 use round::{chat_error, finish, finish_round, start_round, start_tools, tools_answered, Next};
-
-/// Rounds per turn unless the operator says otherwise.
-pub const DEFAULT_MAX_ROUNDS: u32 = 8;
-/// Rounds per turn with code execution: one fix is a write, a run, a read
-/// of the traceback and a patch.
-pub const DEFAULT_CODE_ROUNDS: u32 = 24;
-/// The range `--skills-max-rounds` accepts.
-pub const MIN_ROUNDS: u32 = 1;
-pub const MAX_ROUNDS: u32 = 64;
-/// How long a turn may run unless the operator says otherwise: long enough
-/// for 24 rounds with a minute-long command in each, short enough that a
-/// looping model does not hold a slot for good.
-pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-/// Server-wide loop settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LoopSettings {
-    pub max_rounds: u32,
-    /// Advertise unselected skills unless a request says otherwise.
-    pub discovery: bool,
-    pub inline_selected_bodies: bool,
-    pub allow_exec: bool,
-    /// Temperature for requests that left it unset (clients such as Codex
-    /// cannot send one).
-    pub temperature: Option<f32>,
-    /// The turn's token budget when the request sets none.
-    pub max_tokens: Option<u32>,
-    /// Temperature for code turns whose request left it at the default.
-    pub code_temperature: Option<f32>,
-    /// How long one turn may run, all rounds and tools together; then it
-    /// ends with what it has.
-    pub turn_timeout: Duration,
-    /// When the model may delegate to child agents (`--multi-agent`).
-    pub multi_agent: MultiAgent,
-    /// Children may write and run, not only read (`--agents-allow-write`).
-    pub agents_allow_write: bool,
-    pub agent_limits: AgentLimits,
-}
-
-impl Default for LoopSettings {
-    fn default() -> Self {
-        LoopSettings {
-            max_rounds: DEFAULT_MAX_ROUNDS,
-            discovery: true,
-            inline_selected_bodies: false,
-            allow_exec: false,
-            temperature: None,
-            max_tokens: None,
-            code_temperature: None,
-            turn_timeout: DEFAULT_TURN_TIMEOUT,
-            multi_agent: MultiAgent::Auto,
-            agents_allow_write: false,
-            agent_limits: AgentLimits::default(),
-        }
-    }
-}
-
-/// When requests may delegate to child agents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MultiAgent {
-    /// On requests that offer the model other tools (the caller's, skills
-    /// or code tools), or that ask for it (`"multi_agent": true`). A plain
-    /// question is not made to carry five tool declarations it never uses.
-    Auto,
-    /// On every request of a model that can call tools.
-    Always,
-    Off,
-}
+pub use settings::{
+    LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
+};
+pub use state::LoopState;
+use state::{PendingCalls, Progress, Prompt, SkillUse, Tasks, Workbench, WorkspaceRef};
 
 pub struct LoopActor;
 
@@ -155,196 +89,6 @@ pub enum LoopMsg {
     /// Ends the request with the last round's timings (a withheld answer
     /// that no report changed).
     Finish(Timings),
-}
-
-/// A request's workspace, as the loop holds it.
-struct WorkspaceRef {
-    actor: ActorRef<WorkspaceMsg>,
-    /// The request's own (deleted when it ends), not a conversation's.
-    own: bool,
-}
-
-/// Our calls of a round, being answered, and the caller's calls that
-/// end the turn once they are.
-struct PendingCalls {
-    ours: Vec<ToolCall>,
-    caller: Vec<ToolCall>,
-    timings: Timings,
-    /// How the request ends when the caller's calls go back: `Length` when
-    /// the last of them was cut short by the token budget.
-    finish: ChatFinish,
-}
-
-pub struct LoopState {
-    request: ChatRequest,
-    backend: Arc<dyn ModelBackend>,
-    /// Where the HTTP handler reads this request's events.
-    events: mpsc::UnboundedSender<ChatEvent>,
-    settings: LoopSettings,
-    /// `/root`, or a child's path such as `/root/1`.
-    agent_id: String,
-    /// Set for a child: what it was given, and its place among the open agents.
-    seat: Option<ChildSeat>,
-    /// Its children, when delegation is on.
-    agents: Option<Agents>,
-    /// What the model is shown.
-    prompt: Prompt,
-    /// Where the turn stands.
-    progress: Progress,
-    /// What answers our tool calls.
-    bench: Workbench,
-    /// What runs on the loop's behalf.
-    tasks: Tasks,
-    /// The registry this request saw, and how its skills fared.
-    skills: SkillUse,
-}
-
-/// The conversation as the model sees it, and what it offers.
-struct Prompt {
-    /// The request's messages with the skills block applied.
-    base_messages: Vec<ChatMessage>,
-    /// Assistant and tool turns the loop added.
-    history: Vec<ChatMessage>,
-    /// Every tool the model is offered: the caller's and ours.
-    tools: Vec<ToolDef>,
-    caller_tools: HashSet<String>,
-    /// The conversation's key (its opening messages), so an upstream fleet
-    /// sends every round to the upstream that caches its prefix.
-    affinity: Option<u64>,
-    /// Bytes of the skills block at the front of the first message.
-    skills_block_bytes: usize,
-    /// The current round's prompt by part, and what was let go to fit it.
-    round_parts: ContextParts,
-    round_demoted: Vec<String>,
-}
-
-/// Where the turn stands: its round, what it generated and spent, and how
-/// it ended.
-struct Progress {
-    /// The current round's output.
-    output: RoundOutput,
-    /// 1-based.
-    round: u32,
-    /// The extra round after the budget ran out: tools off, answer now.
-    final_round: bool,
-    /// Some content has reached the client already.
-    content_sent: bool,
-    usage: Usage,
-    rounds: Vec<RoundStats>,
-    n_prompt: usize,
-    /// A bound cut the turn short (its rounds or its time).
-    cut: bool,
-    /// The turn ended with an answer (not an error): a child then stays.
-    ended_ok: bool,
-    /// A child that reported and waits for a follow-up.
-    idle: bool,
-    /// A child's follow-ups that came while it worked.
-    inputs: Vec<String>,
-}
-
-/// What answers our calls: the workspace, the sandbox, the skill tools'
-/// reach, and what earlier calls settled.
-struct Workbench {
-    exec: Option<Arc<ExecRuntime>>,
-    /// The workspace actor the code tools work through: the request's own
-    /// (a linked child, deleted when the loop stops, whatever ended it) or
-    /// its conversation's.
-    workspace: Option<WorkspaceRef>,
-    /// Runs this request's commands; a linked child, so a stopped loop
-    /// kills whatever is still running.
-    sandbox: Option<ActorRef<SandboxMsg>>,
-    artifacts: Option<Artifacts>,
-    /// The code tools are declared.
-    code_tools: bool,
-    /// Artifacts of this request are stored under this id.
-    run_id: String,
-    conversations: Arc<Conversations>,
-    /// Read-only calls answered since the last call that wrote anything.
-    answered: Vec<Answered>,
-    /// What the skills loaded this turn allow (`allowed-tools`).
-    allowed: Allowed,
-    /// What the skill tools can reach; `None` when they are not offered.
-    skill_tools: Option<ToolContext>,
-}
-
-/// Tasks that run for the loop; each is dropped (and so aborted) with it.
-struct Tasks {
-    /// Relays engine events into this actor's mailbox; aborting it (also by
-    /// dropping it) drops the engine receiver, which cancels the sequence.
-    relay: Option<AbortOnDrop>,
-    /// The calls being answered, while the tool task runs.
-    pending: Option<PendingCalls>,
-    /// The task answering this round's calls; the mailbox stays free while
-    /// it runs, and dropping it (the loop stopped) abandons it.
-    tools_task: Option<AbortOnDrop>,
-    /// Ends the turn at its time budget.
-    timer: Option<AbortOnDrop>,
-}
-
-/// The registry this request saw (children see it too), and the counts of
-/// how the skills it used fared.
-struct SkillUse {
-    snapshot: Option<Arc<Snapshot>>,
-    /// The server's per-skill counts.
-    skill_outcomes: Arc<SkillOutcomes>,
-    /// Skills this turn (or child task) read or ran: how it ends is counted
-    /// for each.
-    used_skills: TurnSkills,
-}
-
-impl LoopState {
-    /// What a bound cut short, in the notes that say so: a request's turn,
-    /// or a child agent's task.
-    fn task_word(&self) -> &'static str {
-        if self.seat.is_some() {
-            "agent's task"
-        } else {
-            "turn"
-        }
-    }
-
-    /// Sends an event to the HTTP handler. False when the client is gone.
-    fn emit(&self, event: ChatEvent) -> bool {
-        self.events.send(event).is_ok()
-    }
-
-    /// Sends the request's last event. The request's own workspace goes
-    /// first, so a client that has its answer never finds the folder there.
-    async fn end(&mut self, event: ChatEvent) {
-        let outcome = match &event {
-            ChatEvent::Failed(_) => Some(Outcome::Error),
-            ChatEvent::Finished { finish: ChatFinish::ToolCalls, .. } => Some(Outcome::ToolCall),
-            ChatEvent::Finished { finish: ChatFinish::Length, .. } => Some(Outcome::Budget),
-            ChatEvent::Finished { .. } if self.progress.cut => Some(Outcome::Budget),
-            ChatEvent::Finished { .. } => Some(Outcome::Answer),
-            _ => None,
-        };
-        if let Some(outcome) = outcome {
-            self.skills.used_skills.end(outcome);
-        }
-        if self.bench.workspace.as_ref().is_some_and(|w| w.own) {
-            if let Some(workspace) = self.bench.workspace.take() {
-                let _ = workspace.actor.stop_and_wait(None, Some(workspace_actor::STOP_TIMEOUT)).await;
-            }
-        }
-        self.emit(event);
-    }
-
-    /// Sends content, separating rounds with a blank line.
-    fn emit_content(&mut self, text: String, round_started: &mut bool) -> bool {
-        if text.is_empty() {
-            return true;
-        }
-        // A round that began with a report unread is held until it ends.
-        if let Some(agents) = self.agents.as_mut().filter(|a| a.holding) {
-            agents.held.push_str(&text);
-            return true;
-        }
-        let text = if !*round_started && self.progress.content_sent { format!("\n\n{text}") } else { text };
-        *round_started = true;
-        self.progress.content_sent = true;
-        self.emit(ChatEvent::Content(text))
-    }
 }
 
 /// A loop before and after its setup, which runs on its first message.
