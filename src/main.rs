@@ -281,6 +281,20 @@ fn reload_on_hangup(access: Arc<http::access::Access>, server: skillhost_actors:
     });
 }
 
+/// Applies `--state-max-age` every hour (the byte limit is kept at each write).
+fn sweep_hourly(store: skillhost_actors::store::Store) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+        every.tick().await;
+        loop {
+            every.tick().await;
+            if let Err(err) = store.sweep().await {
+                tracing::error!("the hourly store sweep failed: {err}");
+            }
+        }
+    });
+}
+
 /// The replica's header and cookie on every answer.
 fn replica_headers(replica: Option<&str>) -> actix_web::middleware::DefaultHeaders {
     use skillhost_actors::replica;
@@ -295,6 +309,10 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         skillhost_actors::replica::set(id);
     }
     setup::log_capabilities(&config);
+    // Before the model: a store that cannot be opened stops start-up at once.
+    let store = skillhost_actors::store::Store::open(&config.state_dir, config.retention)?;
+    tracing::info!("state: {}", store.path().display());
+    sweep_hourly(store.clone());
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
     let (server, _own_folders) = setup::start_server(&config).await?;
@@ -305,6 +323,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         admission: http::access::Admission::new(config.engine.n_parallel as usize, config.max_queued as usize),
         keep_alive: http::webui::KEEP_ALIVE,
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        store,
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

@@ -20,6 +20,7 @@ use skillhost_actors::sandbox::interpreters::{InterpreterError, Interpreters, SE
 use skillhost_actors::sandbox::launch::SandboxMode;
 use skillhost_actors::sandbox::{ca, doctor};
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
+use skillhost_actors::store::Store;
 use skillhost_actors::tools::install::InstallSettings;
 use skillhost_actors::workspace::uids::UidRange;
 use skillhost_actors::workspace::Workspace;
@@ -60,6 +61,9 @@ pub enum StartupError {
     Actors(#[from] StartError),
     #[error("cannot set up metrics: {0}")]
     Metrics(prometheus::Error),
+    /// `--state-dir`'s store cannot be opened (damaged, newer, in use).
+    #[error("--state-dir: {0}")]
+    Store(#[from] skillhost_actors::store::StoreError),
     #[error("cannot listen on {host}:{port}: {source}")]
     Listen { host: std::net::IpAddr, port: u16, source: std::io::Error },
     #[error("the HTTP server failed: {0}")]
@@ -306,19 +310,8 @@ pub struct AppOptions {
     pub keep_alive: Duration,
     /// Unix time the server started, reported as the model's `created`.
     pub started_at: u64,
-}
-
-impl Default for AppOptions {
-    /// No keys (a loopback server), the default admission, the Web UI's
-    /// keep-alive, and a start at time 0.
-    fn default() -> Self {
-        AppOptions {
-            access: Default::default(),
-            admission: Default::default(),
-            keep_alive: http::webui::KEEP_ALIVE,
-            started_at: 0,
-        }
-    }
+    /// The state folder's store.
+    pub store: Store,
 }
 
 /// The state every handler shares, around a started server.
@@ -331,6 +324,6 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         keep_alive: options.keep_alive,
         access: options.access,
         admission: options.admission,
-        responses: Default::default(),
+        store: options.store,
     }))
 }

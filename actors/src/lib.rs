@@ -25,6 +25,8 @@
 //!   profiles, per-command control groups, the install settings.
 //! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
 //! - [`task`]: `AbortOnDrop`, a task that ends with its owner.
+//! - [`store`]: the state folder's SQLite file: stored responses, opened
+//!   once, refused when damaged, foreign or newer.
 
 pub mod artifacts;
 pub mod chat_loop;
@@ -36,6 +38,7 @@ pub mod request;
 pub mod sandbox;
 pub mod server;
 pub mod skills;
+pub mod store;
 pub mod supervisor;
 pub mod task;
 pub mod tools;

@@ -18,7 +18,8 @@
 //! round's frames of a two-round skills request arrive. Then four child
 //! agents decoding together against the same generations one at a time
 //! (see `agents`); what letting go of context costs in tokens decoded
-//! again (see `budget`).
+//! again (see `budget`); what the state folder's store costs a turn, a
+//! restart and the disk (see `store`).
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -37,6 +38,7 @@ mod budget;
 mod exec;
 mod huge;
 mod skills;
+mod store;
 mod upstream;
 mod webui;
 
@@ -153,6 +155,8 @@ impl<'m> Bare<'m> {
 struct ServerProcess {
     child: Child,
     url: String,
+    /// Its state folder, never the host's (and each server its own).
+    _state: Option<tempfile::TempDir>,
 }
 
 impl ServerProcess {
@@ -170,7 +174,16 @@ impl ServerProcess {
             .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
             .args(extra)
             .env("RUST_LOG", "warn,skillhost=info");
-        Self::spawn(command)
+        Self::spawn_skillhost(command)
+    }
+
+    /// Starts skillhost on a state folder of its own.
+    fn spawn_skillhost(mut command: Command) -> Self {
+        let state = tempfile::tempdir().expect("a state folder");
+        command.arg("--state-dir").arg(state.path());
+        let mut server = Self::spawn(command);
+        server._state = Some(state);
+        server
     }
 
     /// Starts a server that logs `listening on URL` to stderr and answers
@@ -198,7 +211,7 @@ impl ServerProcess {
                 }
             }
         });
-        let server = ServerProcess { child, url };
+        let server = ServerProcess { child, url, _state: None };
         for _ in 0..1200 {
             if ureq::get(&format!("{}/health", server.url)).call().is_ok() {
                 return server;
@@ -308,8 +321,8 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `agents`, `budget`, `webui`, `model`,
-    // `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
+    // `skillhost-bench skills`, `exec`, `agents`, `budget`, `store`, `webui`,
+    // `model`, `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if only.as_deref() == Some("huge") {
@@ -336,7 +349,11 @@ fn main() {
         budget::run();
         println!();
     }
-    if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") {
+    if wanted("store") {
+        println!("the state folder's store:");
+        store::run_offline();
+    }
+    if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") && !wanted("store") {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
@@ -346,6 +363,11 @@ fn main() {
         println!("Web UI stream of a two-round skills request:");
         let server = ServerProcess::start_with(threads, &["--skills-dir", "skills"]);
         webui::run(&server.url);
+        println!();
+    }
+    if wanted("store") {
+        let server = ServerProcess::start_with(threads, &["--no-skills"]);
+        store::run_turns(&server.url);
         println!();
     }
     if wanted("model") {

@@ -52,7 +52,11 @@ fn fronting(upstreams: &[&ServerProcess], extra: &[&str], log: Option<Arc<Mutex<
     let level =
         if log.is_some() { "warn,skillhost=info,skillhost_engine::remote=trace" } else { "warn,skillhost=info" };
     command.env("RUST_LOG", level);
-    ServerProcess::spawn_keeping_log(command, log)
+    let state = tempfile::tempdir().expect("a state folder");
+    command.arg("--state-dir").arg(state.path());
+    let mut server = ServerProcess::spawn_keeping_log(command, log);
+    server._state = Some(state);
+    server
 }
 
 pub fn run(binary: PathBuf, threads: i32) {

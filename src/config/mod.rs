@@ -19,6 +19,7 @@ use skillhost_actors::chat_loop::{
 };
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::SkillsConfig;
+use skillhost_actors::store::{Retention, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, MIN_MAX_BYTES};
 use skillhost_actors::workspace::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
 use skillhost_engine::{EngineConfig, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
@@ -98,6 +99,7 @@ const CODE: &str = "Code execution";
 const INSTALLS: &str = "Installs";
 const SANDBOX: &str = "Sandbox";
 const CONFIG: &str = "Config and logging";
+const STATE: &str = "State";
 
 /// Skills flags, shared by `serve` and `list-skills`.
 #[derive(Debug, Default, Args)]
@@ -107,7 +109,7 @@ pub struct SkillArgs {
     #[arg(long = "skills-dir", env = "SKILLHOST_SKILLS_DIR", value_delimiter = ':', value_hint = ValueHint::DirPath, help_heading = SKILLS)]
     pub skills_dir: Vec<PathBuf>,
     /// Where uploaded skills are installed; always scanned first
-    /// [default: /var/lib/skillhost/skills as root, else $XDG_DATA_HOME/skillhost/skills; made on the first upload]
+    /// [default: skills/ in the state folder (--state-dir of serve); made on the first upload]
     #[arg(long = "skills-install-dir", env = "SKILLHOST_SKILLS_INSTALL_DIR", value_hint = ValueHint::DirPath, help_heading = SKILLS)]
     pub skills_install_dir: Option<PathBuf>,
     /// Turn skills off entirely
@@ -325,6 +327,15 @@ pub struct ServeArgs {
     /// Where request workspaces and artifacts live [default: the system temp folder]
     #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath, help_heading = SANDBOX)]
     pub workspace_dir: Option<PathBuf>,
+    /// Where stored responses live, and installed skills unless --skills-install-dir names a folder [default: /var/lib/skillhost as root, else $XDG_DATA_HOME/skillhost]
+    #[arg(long = "state-dir", env = "SKILLHOST_STATE_DIR", value_hint = ValueHint::DirPath, help_heading = STATE)]
+    pub state_dir: Option<PathBuf>,
+    /// Stored responses untouched this many seconds are deleted [default: 2592000, 30 days]
+    #[arg(long = "state-max-age", env = "SKILLHOST_STATE_MAX_AGE", help_heading = STATE)]
+    pub state_max_age: Option<u64>,
+    /// What the store may hold, in bytes; past it the oldest records go [default: 1073741824]
+    #[arg(long = "state-max-bytes", env = "SKILLHOST_STATE_MAX_BYTES", help_heading = STATE)]
+    pub state_max_bytes: Option<u64>,
 }
 
 /// `--multi-agent`: when requests may delegate to child agents.
@@ -495,6 +506,10 @@ pub struct ServeConfig {
     pub access: AccessConfig,
     /// Requests that may wait for a slot; more are refused with a 503.
     pub max_queued: u32,
+    /// `--state-dir`: the store's folder.
+    pub state_dir: PathBuf,
+    /// `--state-max-age` and `--state-max-bytes`.
+    pub retention: Retention,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -596,7 +611,8 @@ pub struct ConfigError(pub String);
 impl SkillArgs {
     /// The registry setup, or `None` when skills are off. Every explicit root
     /// must exist; the install directory is made on the first upload.
-    fn resolve(&self) -> Result<Option<SkillsConfig>, ConfigError> {
+    /// `state_dir` is the state folder uploads go under by default.
+    fn resolve(&self, state_dir: &Path) -> Result<Option<SkillsConfig>, ConfigError> {
         if self.no_skills {
             return Ok(None);
         }
@@ -607,7 +623,7 @@ impl SkillArgs {
         }
         let install_dir = match self.skills_install_dir.clone() {
             Some(dir) => dir,
-            None => default_install_dir()?,
+            None => state_dir.join(INSTALL_SUBDIR),
         };
         let cwd =
             std::env::current_dir().map_err(|err| ConfigError(format!("cannot read the working directory: {err}")))?;
@@ -633,41 +649,68 @@ impl SkillArgs {
     }
 }
 
-/// Where uploads go when no folder is named: state belongs in the system's
+/// The state folder when none is named: state belongs in the system's
 /// state folder (root) or the user's data folder, never next to a binary
 /// that may sit in a build tree.
-fn default_install_dir() -> Result<PathBuf, ConfigError> {
+pub fn default_state_dir() -> Result<PathBuf, ConfigError> {
     if rustix::process::geteuid().is_root() {
-        return Ok(PathBuf::from(SYSTEM_INSTALL_DIR));
+        return Ok(PathBuf::from(SYSTEM_STATE_DIR));
     }
     let data = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .filter(|dir| dir.is_absolute())
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
-        .ok_or_else(|| ConfigError("neither XDG_DATA_HOME nor HOME is set; pass --skills-install-dir".into()))?;
-    Ok(data.join("skillhost/skills"))
+        .ok_or_else(|| ConfigError("neither XDG_DATA_HOME nor HOME is set; pass --state-dir".into()))?;
+    Ok(data.join("skillhost"))
 }
 
-/// The upload folder of a server running as root.
-pub const SYSTEM_INSTALL_DIR: &str = "/var/lib/skillhost/skills";
+/// The state folder of a server running as root.
+pub const SYSTEM_STATE_DIR: &str = "/var/lib/skillhost";
+/// Where uploads go inside the state folder.
+pub const INSTALL_SUBDIR: &str = "skills";
 
 impl ListSkillsArgs {
     /// The registry setup `list-skills` prints.
     pub fn resolve(self) -> Result<Option<SkillsConfig>, ConfigError> {
-        self.skills.resolve()
+        self.skills.resolve(&default_state_dir()?)
     }
 }
 
 impl ServeArgs {
+    /// `--state-dir`, or the default.
+    fn state_dir(&self) -> Result<PathBuf, ConfigError> {
+        match &self.state_dir {
+            Some(dir) => Ok(dir.clone()),
+            None => default_state_dir(),
+        }
+    }
+
     /// With `--list-skills`, only the skills part matters.
     pub fn resolve_list_skills(&self) -> Result<Option<SkillsConfig>, ConfigError> {
-        self.skills.resolve()
+        self.skills.resolve(&self.state_dir()?)
     }
 
     /// Validates the merged settings (see [`sources`]). Nothing is loaded
     /// yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
-        let mut skills = self.skills.resolve()?;
+        let state_dir = self.state_dir()?;
+        let retention = Retention {
+            max_age: match self.state_max_age {
+                Some(0) => return Err(ConfigError("--state-max-age must be at least 1 second".into())),
+                Some(seconds) => std::time::Duration::from_secs(seconds),
+                None => DEFAULT_MAX_AGE,
+            },
+            max_bytes: match self.state_max_bytes {
+                Some(bytes) if bytes < MIN_MAX_BYTES => {
+                    return Err(ConfigError(format!(
+                        "--state-max-bytes must be at least {MIN_MAX_BYTES} (1 MiB), got {bytes}"
+                    )))
+                }
+                Some(bytes) => bytes,
+                None => DEFAULT_MAX_BYTES,
+            },
+        };
+        let mut skills = self.skills.resolve(&state_dir)?;
         match skills.as_mut() {
             Some(skills) => {
                 skills.selected = self.skill.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
@@ -869,6 +912,8 @@ impl ServeArgs {
             exec,
             access,
             max_queued,
+            state_dir,
+            retention,
         })
     }
 
@@ -1089,6 +1134,8 @@ mod tests {
                 exec: ExecConfig::default(),
                 access: AccessConfig::default(),
                 max_queued: 3 * QUEUE_FACTOR,
+                state_dir: default_state_dir().unwrap(),
+                retention: Retention::default(),
             }
         );
     }
@@ -1492,14 +1539,39 @@ skills-watch: true
 
     #[test]
     fn the_default_upload_folder_is_state_not_the_binary_folder() {
-        let dir = default_install_dir().unwrap();
+        let dir = default_state_dir().unwrap().join(INSTALL_SUBDIR);
         if rustix::process::geteuid().is_root() {
-            assert_eq!(dir, PathBuf::from(SYSTEM_INSTALL_DIR));
+            assert_eq!(dir, PathBuf::from("/var/lib/skillhost/skills"));
         } else {
             assert!(dir.ends_with("skillhost/skills") && dir.is_absolute(), "{}", dir.display());
         }
         let exe = std::env::current_exe().unwrap();
         assert!(!dir.starts_with(exe.parent().unwrap()));
+    }
+
+    #[test]
+    fn uploads_go_beside_the_store_in_the_state_folder() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let model = model.to_string_lossy();
+        let with = |extra: &[&str]| from_args(&[&["--model", &*model][..], extra].concat());
+        let state = dir.path().join("state");
+        let argv = ["--state-dir", state.to_str().unwrap()];
+        let config = with(&argv).unwrap();
+        assert_eq!(config.state_dir, state);
+        assert_eq!(config.skills.unwrap().install_dir, Some(state.join("skills")));
+        // A folder named for uploads wins.
+        let installed = dir.path().join("installed");
+        let argv = ["--state-dir", state.to_str().unwrap(), "--skills-install-dir", installed.to_str().unwrap()];
+        assert_eq!(with(&argv).unwrap().skills.unwrap().install_dir, Some(installed));
+        // The byte limit at its floor and one below it; the age at 1 s and 0.
+        let floor = MIN_MAX_BYTES.to_string();
+        assert_eq!(with(&["--state-max-bytes", &floor]).unwrap().retention.max_bytes, MIN_MAX_BYTES);
+        let below = (MIN_MAX_BYTES - 1).to_string();
+        assert!(with(&["--state-max-bytes", &below]).unwrap_err().0.contains("at least 1048576"));
+        assert_eq!(with(&["--state-max-age", "1"]).unwrap().retention.max_age.as_secs(), 1);
+        assert!(with(&["--state-max-age", "0"]).is_err());
+        assert_eq!(with(&[]).unwrap().retention, Retention::default());
     }
 
     #[test]

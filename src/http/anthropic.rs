@@ -26,7 +26,7 @@ use crate::http::openai::{
     ChatCompletionRequest, Spelling, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed,
     WireTool, WireToolCall, WireToolChoice,
 };
-use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
+use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -516,7 +516,7 @@ impl Encoder for AnthropicEncoder {
         frames
     }
 
-    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+    fn finished(&mut self, end: Finish<'_>) -> Ending {
         let mut frames = Vec::new();
         self.close(&mut frames);
         frames.push(event(
@@ -528,7 +528,7 @@ impl Encoder for AnthropicEncoder {
             }),
         ));
         frames.push(event("message_stop", &json!({"type": "message_stop"})));
-        frames
+        frames.into()
     }
 
     fn error_frame(err: &ApiError) -> Bytes {

@@ -17,7 +17,7 @@ use crate::http::openai::{
     Spelling, RAW_FIELD,
 };
 use crate::http::peer::PeerWatch;
-use crate::http::stream::{self, begin, event_stream, sse_response, Begun, Collected, Encoder, Finish};
+use crate::http::stream::{self, begin, event_stream, sse_response, Begun, Collected, Encoder, Ending, Finish};
 use crate::http::AppState;
 
 fn unix_now() -> u64 {
@@ -240,7 +240,7 @@ impl Encoder for OpenAiEncoder {
             .collect()
     }
 
-    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+    fn finished(&mut self, end: Finish<'_>) -> Ending {
         let mut last = self.meta.chunk(json!({}), Some(finish_reason(end.finish)));
         last["timings"] = timings_json(end.timings);
         let mut frames = vec![frame(&last)];
@@ -251,7 +251,7 @@ impl Encoder for OpenAiEncoder {
             frames.push(frame(&usage_chunk));
         }
         frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
-        frames
+        frames.into()
     }
 
     fn error_frame(err: &ApiError) -> Bytes {

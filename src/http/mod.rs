@@ -32,8 +32,8 @@ pub struct AppState {
     pub access: std::sync::Arc<access::Access>,
     /// Requests running or waiting, bounded by `--max-queued`.
     pub admission: access::Admission,
-    /// Recent Responses API answers, for `previous_response_id`.
-    pub responses: responses::Store,
+    /// The state folder's store: stored responses.
+    pub store: skillhost_actors::store::Store,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -57,6 +57,17 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/v1/responses")
                 .route(web::post().to(responses::responses))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/responses/{id}")
+                .route(web::get().to(responses::retrieve))
+                .route(web::delete().to(responses::delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/responses/{id}/input_items")
+                .route(web::get().to(responses::input_items_list))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
@@ -202,3 +213,6 @@ mod governance_tests;
 
 #[cfg(test)]
 mod forced_call_tests;
+
+#[cfg(test)]
+mod responses_tests;

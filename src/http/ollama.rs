@@ -21,7 +21,7 @@ use crate::http::openai::{
     ChatCompletionRequest, Spelling, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage,
     WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
-use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Finish};
+use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
 
 /// The Ollama API version we answer `/api/version` with: the one whose
@@ -314,9 +314,9 @@ impl Encoder for OllamaEncoder {
         vec![line_bytes(&self.reply.line(message))]
     }
 
-    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+    fn finished(&mut self, end: Finish<'_>) -> Ending {
         let message = json!({"role": "assistant", "content": ""});
-        vec![line_bytes(&self.reply.done(message, end.finish, end.usage, end.rounds))]
+        vec![line_bytes(&self.reply.done(message, end.finish, end.usage, end.rounds))].into()
     }
 
     fn error_frame(err: &ApiError) -> Bytes {

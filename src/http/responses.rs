@@ -1,13 +1,15 @@
-//! OpenAI's Responses API, `POST /v1/responses`, for Codex and the `openai`
-//! SDK's `client.responses`: input items are translated into the chat
-//! request the rest of the server takes (one validator), and the answer
-//! comes back as output items, or as the typed event stream through the
-//! one stream core. Recent responses are kept in a bounded store so a
-//! follow-up can name its predecessor with `previous_response_id`.
+//! OpenAI's Responses API: `POST /v1/responses`, for Codex, the Agents
+//! SDK and the `openai` SDK's `client.responses`, and the stored
+//! responses behind it (`GET`/`DELETE /v1/responses/{id}`, `GET
+//! /v1/responses/{id}/input_items`). Input items are translated into the
+//! chat request the rest of the server takes (one validator), and the
+//! answer comes back as output items, or as the typed event stream through
+//! the one stream core. With `store` (the default) the response and its
+//! items go to the state folder's store, where `previous_response_id` and
+//! `item_reference` items find them, after a restart too.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::collections::HashMap;
+use std::time::Instant;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
@@ -15,43 +17,31 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use skillhost_actors::request::Surface;
+use skillhost_actors::store::responses::{self as stored, ResponseRecord};
+use skillhost_actors::store::unix_now;
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{schema_limits, Timings, ToolCall};
 
-use crate::http::chat::guarded;
+use crate::http::access::Caller;
+use crate::http::body::read_json;
+use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{
     is_valid_tool_name, ChatCompletionRequest, Spelling, WireContent, WireFunction, WireFunctionCall, WireJsonSchema,
     WireMessage, WireNamed, WireResponseFormat, WireTool, WireToolCall, WireToolChoice, MAX_TOOL_NAME_LEN,
 };
-use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Finish};
+use crate::http::stream::{begin_translated, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
 
-/// Responses kept for `previous_response_id`; the oldest goes first.
-pub const MAX_STORED_RESPONSES: usize = 256;
+/// Most input items one page of `GET /v1/responses/{id}/input_items`
+/// holds, and how many it holds when the request names no `limit`.
+pub const MAX_ITEMS_PAGE: usize = 100;
+pub const DEFAULT_ITEMS_PAGE: usize = 20;
 
-/// Recent responses, as the input items a follow-up continues from.
-#[derive(Debug, Default)]
-pub struct Store {
-    entries: Mutex<VecDeque<(String, Vec<Value>)>>,
-}
-
-impl Store {
-    fn get(&self, id: &str) -> Option<Vec<Value>> {
-        let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        entries.iter().find(|(key, _)| key == id).map(|(_, items)| items.clone())
-    }
-
-    fn put(&self, id: String, items: Vec<Value>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if entries.len() >= MAX_STORED_RESPONSES {
-            entries.pop_front();
-        }
-        entries.push_back((id, items));
-    }
-}
-
+/// The body of `POST /v1/responses`: every field OpenAI defines is named,
+/// so one this server does not know is a 400 that names it.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResponsesRequest {
     model: Option<String>,
     input: Option<Value>,
@@ -60,31 +50,80 @@ pub struct ResponsesRequest {
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
     max_output_tokens: Option<u32>,
-    temperature: Option<f32>,
-    top_p: Option<f32>,
+    max_tool_calls: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    top_logprobs: Option<u32>,
     text: Option<Map<String, Value>>,
     #[serde(default)]
     stream: bool,
+    /// `include_obfuscation` pads deltas against length side channels on
+    /// OpenAI's network; a local server has none to hide.
+    #[allow(dead_code)]
+    stream_options: Option<Map<String, Value>>,
     store: Option<bool>,
     previous_response_id: Option<String>,
-    /// Accepted: a thinking model's block comes back as a reasoning item.
+    background: Option<bool>,
+    conversation: Option<Value>,
+    prompt: Option<Value>,
+    /// What to add to the output; what this server has to give (reasoning
+    /// text) is always there.
     #[allow(dead_code)]
+    include: Option<Vec<String>>,
+    truncation: Option<String>,
+    /// Accepted: a thinking model's block comes back as a reasoning item.
     reasoning: Option<Map<String, Value>>,
     metadata: Option<Map<String, Value>>,
-    #[allow(dead_code)]
     user: Option<String>,
+    safety_identifier: Option<String>,
+    prompt_cache_key: Option<String>,
+    /// Every prompt prefix is cached here as long as memory allows.
+    #[allow(dead_code)]
+    prompt_cache_retention: Option<String>,
+    /// Accepted: this server has one tier, reported as `default`.
+    #[allow(dead_code)]
+    service_tier: Option<String>,
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
     multi_agent: Option<bool>,
 }
 
-fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+impl ResponsesRequest {
+    /// The fields this server reads but cannot honour, each a 400 that
+    /// says so, rather than an answer that ignored them.
+    fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let unsupported = |field: &str, why: &str| Err(ApiError::bad_param(field, format!("'{field}' {why}")));
+        if self.background == Some(true) {
+            return unsupported("background", "is not supported by this server yet; send the request without it");
+        }
+        if self.conversation.is_some() {
+            return unsupported("conversation", "is not supported by this server yet; use previous_response_id");
+        }
+        if self.prompt.is_some() {
+            return unsupported("prompt", "names a prompt template stored at OpenAI; send 'instructions' and 'input'");
+        }
+        if self.max_tool_calls.is_some() {
+            return unsupported(
+                "max_tool_calls",
+                "is not supported; --skills-max-rounds bounds the server's tool rounds",
+            );
+        }
+        if self.top_logprobs.is_some_and(|n| n > 0) {
+            return unsupported("top_logprobs", "must be 0: this server does not return log probabilities");
+        }
+        match self.truncation.as_deref() {
+            None | Some("disabled" | "auto") => {}
+            Some(other) => return unsupported("truncation", &format!("must be auto or disabled, got '{other}'")),
+        }
+        Ok(())
+    }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
 }
 
 /// The text of a message's content: a string, or input/output text parts.
@@ -329,29 +368,118 @@ fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiE
     Ok((functions, namespaced))
 }
 
-/// The Responses request as the chat request, the items it continues, and
-/// the functions that came from tool namespaces.
+/// An input item as it is stored: with an `id` (made here when the client
+/// sent none, as OpenAI does) and a message's text as a list of parts.
+fn stored_item(mut item: Value) -> Value {
+    let Some(fields) = item.as_object_mut() else { return item };
+    let kind = fields.get("type").and_then(Value::as_str).unwrap_or("message").to_string();
+    if kind == "message" {
+        fields.insert("type".into(), json!("message"));
+        let role = fields.get("role").and_then(Value::as_str).unwrap_or_default();
+        let part = if role == "assistant" { "output_text" } else { "input_text" };
+        if let Some(Value::String(text)) = fields.get("content") {
+            let parts = json!([{"type": part, "text": text}]);
+            fields.insert("content".into(), parts);
+        }
+        fields.entry("status").or_insert(json!("completed"));
+    }
+    if !fields.get("id").is_some_and(Value::is_string) {
+        let prefix = match kind.as_str() {
+            "function_call" => "fc",
+            "function_call_output" => "fco",
+            "reasoning" => "rs",
+            _ => "msg",
+        };
+        fields.insert("id".into(), json!(new_id(prefix)));
+    }
+    item
+}
+
+/// What a request continues from, read from the store: the items of its
+/// `previous_response_id` chain, and its input with every `item_reference`
+/// replaced by the caller's stored item of that id.
+async fn resolve(
+    state: &AppState,
+    owner: &str,
+    previous: Option<&str>,
+    input: Vec<Value>,
+) -> Result<(Vec<Value>, Vec<Value>), ApiError> {
+    if let Some(id) = previous {
+        // Another replica's response is in that replica's store.
+        if let Some(replica) = skillhost_actors::replica::elsewhere(id) {
+            return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(
+                &format!("response {id}"),
+                replica,
+            )));
+        }
+    }
+    let references: Vec<(usize, String)> = input
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("item_reference"))
+        .map(|(n, item)| (n, item.get("id").and_then(Value::as_str).unwrap_or_default().to_string()))
+        .collect();
+    if previous.is_none() && references.is_empty() {
+        return Ok((Vec::new(), input.into_iter().map(stored_item).collect()));
+    }
+    let (owner, previous_id) = (owner.to_string(), previous.map(str::to_string));
+    let wanted: Vec<String> = references.iter().map(|(_, id)| id.clone()).collect();
+    let (context, found) = state
+        .store
+        .run(move |conn| {
+            let context = match &previous_id {
+                Some(id) => stored::context(conn, &owner, id)?,
+                None => Some(Vec::new()),
+            };
+            let mut found = Vec::new();
+            for id in &wanted {
+                found.push(stored::item(conn, &owner, id)?);
+            }
+            Ok((context, found))
+        })
+        .await
+        .map_err(store_failed)?;
+    let Some(context) = context else {
+        let id = previous.unwrap_or_default();
+        return Err(ApiError::bad_param(
+            "previous_response_id",
+            format!("no stored response has the id '{id}' (it was never stored, was deleted, or expired)"),
+        ));
+    };
+    let mut input = input;
+    for ((n, id), item) in references.into_iter().zip(found) {
+        let Some(item) = item else {
+            let at = format!("input[{n}]");
+            let message = if id.is_empty() {
+                format!("'{at}' (item_reference) needs an 'id'")
+            } else {
+                format!("'{at}' refers to the item '{id}', which no stored response of yours holds")
+            };
+            return Err(ApiError::bad_param(&at, message));
+        };
+        input[n] = item;
+    }
+    Ok((context, input.into_iter().map(stored_item).collect()))
+}
+
+/// The store failed under a request: a server fault, said plainly.
+fn store_failed(err: skillhost_actors::store::StoreError) -> ApiError {
+    tracing::error!("the store failed: {err}");
+    ApiError::Internal(format!("the server's store failed: {err}"))
+}
+
+/// The Responses request as the chat request, and the functions that came
+/// from tool namespaces; `context` is what it continues, `input` its own
+/// items (both resolved, see [`resolve`]).
 fn translate(
     request: ResponsesRequest,
-    store: &Store,
-) -> Result<(ChatCompletionRequest, Vec<Value>, Namespaced), ApiError> {
-    if let Some(owner) = request.previous_response_id.as_deref().and_then(skillhost_actors::replica::elsewhere) {
-        let id = request.previous_response_id.as_deref().unwrap_or_default();
-        return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&format!("response {id}"), owner)));
-    }
-    let mut items = match &request.previous_response_id {
-        Some(id) => store.get(id).ok_or_else(|| {
-            ApiError::bad_param(
-                "previous_response_id",
-                format!("no stored response has the id '{id}' (this server keeps the last {MAX_STORED_RESPONSES}, in memory)"),
-            )
-        })?,
-        None => Vec::new(),
-    };
-    items.extend(input_items(request.input)?);
-    if items.is_empty() {
+    context: &[Value],
+    input: &[Value],
+) -> Result<(ChatCompletionRequest, Namespaced), ApiError> {
+    if context.is_empty() && input.is_empty() {
         return Err(ApiError::bad_param("input", "'input' is empty; send a string or at least one item"));
     }
+    let items: Vec<Value> = context.iter().chain(input).cloned().collect();
     let mut messages = Vec::new();
     if let Some(instructions) = request.instructions.filter(|text| !text.is_empty()) {
         messages.push(text_message("system", instructions));
@@ -402,8 +530,11 @@ fn translate(
         model: request.model,
         messages,
         stream: request.stream,
-        temperature: request.temperature,
-        top_p: request.top_p,
+        // As sent, echoed as sent (f64); the engine samples in f32.
+        temperature: request.temperature.map(|t| t as f32),
+        top_p: request.top_p.map(|p| p as f32),
+        presence_penalty: request.presence_penalty.map(|p| p as f32),
+        frequency_penalty: request.frequency_penalty.map(|p| p as f32),
         max_tokens: request.max_output_tokens,
         tools,
         tool_choice,
@@ -414,7 +545,7 @@ fn translate(
         multi_agent: request.multi_agent,
         ..ChatCompletionRequest::default()
     };
-    Ok((wire, items, namespaced))
+    Ok((wire, namespaced))
 }
 
 /// The Responses API's budget is `max_output_tokens`, its function tools
@@ -438,62 +569,175 @@ fn usage_json(usage: &Usage, timings: &Timings) -> Value {
     })
 }
 
-/// What every form of one response shares, and its output items so far.
-struct Draft {
-    app: web::Data<AppState>,
-    id: String,
-    created_at: u64,
-    model: String,
-    /// The items the request continued (stored with the output).
-    items: Vec<Value>,
-    store: bool,
-    previous_response_id: Option<String>,
+/// What the response object repeats of its request, as the Open
+/// Responses specification lists it: what the request set, else what
+/// this server used.
+#[derive(Debug, Clone)]
+struct Echo {
+    instructions: Option<String>,
+    max_output_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    presence_penalty: f64,
+    frequency_penalty: f64,
+    top_logprobs: u32,
+    reasoning: Value,
+    text: Value,
+    tools: Value,
+    tool_choice: Value,
+    truncation: String,
+    service_tier: String,
+    safety_identifier: Option<String>,
+    prompt_cache_key: Option<String>,
+    user: Option<String>,
     metadata: Value,
     parallel_tool_calls: bool,
+}
+
+impl Echo {
+    fn of(request: &ResponsesRequest) -> Echo {
+        let reasoning = request.reasoning.as_ref();
+        let setting = |name: &str| reasoning.and_then(|r| r.get(name)).cloned().unwrap_or(Value::Null);
+        Echo {
+            instructions: request.instructions.clone(),
+            max_output_tokens: request.max_output_tokens,
+            temperature: request.temperature,
+            top_p: request.top_p,
+            presence_penalty: request.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: request.frequency_penalty.unwrap_or(0.0),
+            top_logprobs: request.top_logprobs.unwrap_or(0),
+            reasoning: json!({"effort": setting("effort"), "summary": setting("summary")}),
+            text: match &request.text {
+                Some(text) if text.contains_key("format") => Value::Object(text.clone()),
+                Some(text) => {
+                    let mut text = text.clone();
+                    text.insert("format".into(), json!({"type": "text"}));
+                    Value::Object(text)
+                }
+                None => json!({"format": {"type": "text"}}),
+            },
+            tools: Value::Array(request.tools.clone().unwrap_or_default()),
+            tool_choice: request.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            truncation: request.truncation.clone().unwrap_or_else(|| "disabled".into()),
+            // One tier here; the name OpenAI reports for its standard one.
+            service_tier: "default".into(),
+            safety_identifier: request.safety_identifier.clone(),
+            prompt_cache_key: request.prompt_cache_key.clone(),
+            user: request.user.clone(),
+            metadata: request.metadata.clone().map_or_else(|| json!({}), Value::Object),
+            parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+        }
+    }
+}
+
+/// How a response ended, for its object.
+#[derive(Debug, Clone, Copy)]
+struct End<'a> {
+    finish: ChatFinish,
+    usage: &'a Usage,
+    timings: &'a Timings,
+}
+
+/// What every form of one response shares, and its output items so far.
+#[derive(Debug, Clone)]
+struct Draft {
+    id: String,
+    /// The caller it is stored for.
+    owner: String,
+    created_at: u64,
+    model: String,
+    /// The request's own input items, as stored.
+    input: Vec<Value>,
+    store: bool,
+    previous_response_id: Option<String>,
+    echo: Echo,
     namespaced: Namespaced,
     output: Vec<Value>,
 }
 
 impl Draft {
-    fn response(&self, status: &str, end: Option<(ChatFinish, &Usage, &Timings)>) -> Value {
+    /// The response object: `in_progress` before `end`, then `completed`,
+    /// or `incomplete` when the token budget ran out.
+    fn response(&self, end: Option<End<'_>>) -> Value {
         let incomplete =
-            end.filter(|(finish, _, _)| *finish == ChatFinish::Length).map(|_| json!({"reason": "max_output_tokens"}));
-        let status = if incomplete.is_some() { "incomplete" } else { status };
+            end.filter(|end| end.finish == ChatFinish::Length).map(|_| json!({"reason": "max_output_tokens"}));
+        let status = match (end, &incomplete) {
+            (None, _) => "in_progress",
+            (Some(_), Some(_)) => "incomplete",
+            (Some(_), None) => "completed",
+        };
+        let echo = &self.echo;
         json!({
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": end.map(|_| unix_now()),
             "status": status,
+            "background": false,
             "error": null,
             "incomplete_details": incomplete,
+            "instructions": echo.instructions,
+            "max_output_tokens": echo.max_output_tokens,
+            "max_tool_calls": null,
             "model": self.model,
             "output": self.output,
-            "parallel_tool_calls": self.parallel_tool_calls,
+            "parallel_tool_calls": echo.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
+            "reasoning": echo.reasoning,
             "store": self.store,
-            "metadata": self.metadata,
-            "tool_choice": "auto",
-            "tools": [],
-            "text": {"format": {"type": "text"}},
-            "usage": end.map(|(_, usage, timings)| usage_json(usage, timings)),
+            "temperature": echo.temperature,
+            "top_p": echo.top_p,
+            "presence_penalty": echo.presence_penalty,
+            "frequency_penalty": echo.frequency_penalty,
+            "top_logprobs": echo.top_logprobs,
+            "text": echo.text,
+            "tool_choice": echo.tool_choice,
+            "tools": echo.tools,
+            "truncation": echo.truncation,
+            "service_tier": echo.service_tier,
+            "safety_identifier": echo.safety_identifier,
+            "prompt_cache_key": echo.prompt_cache_key,
+            "user": echo.user,
+            "metadata": echo.metadata,
+            "usage": end.map(|end| usage_json(end.usage, end.timings)),
         })
     }
 
-    /// Keeps the finished response for `previous_response_id`.
-    fn keep(&self) {
-        if self.store {
-            let mut items = self.items.clone();
-            items.extend(self.output.iter().filter(|item| item["type"] != "reasoning").cloned());
-            self.app.responses.put(self.id.clone(), items);
+    /// Stores the finished `response` (when the request asked for it) and
+    /// returns it; a failed write is logged and the answer says `store:
+    /// false`, since a follow-up could not find it.
+    async fn keep(self, app: &AppState, mut response: Value) -> Value {
+        if !self.store {
+            return response;
         }
+        // The output is stored as items; the object keeps its place.
+        let mut body = response.clone();
+        body["output"] = json!([]);
+        let record = ResponseRecord {
+            id: self.id,
+            owner: self.owner,
+            previous_id: self.previous_response_id,
+            created_at: self.created_at,
+            status: response["status"].as_str().unwrap_or_default().to_string(),
+            body,
+            input: self.input,
+            output: self.output,
+        };
+        if let Err(err) = app.store.put_response(record).await {
+            tracing::error!("a response was not stored: {err}");
+            response["store"] = json!(false);
+        }
+        response
     }
 }
 
-fn message_item(text: &str) -> Value {
+/// The answer's message item; `incomplete` when the budget cut it.
+fn message_item(text: &str, finish: ChatFinish) -> Value {
+    let status = if finish == ChatFinish::Length { "incomplete" } else { "completed" };
     json!({
         "type": "message",
         "id": new_id("msg"),
-        "status": "completed",
+        "status": status,
         "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     })
@@ -543,37 +787,32 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let mut kept = None;
-    let app = state.clone();
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, |wire: ResponsesRequest| {
-        let store = wire.store.unwrap_or(true);
-        let previous = wire.previous_response_id.clone();
-        let metadata = wire.metadata.clone().map_or_else(|| json!({}), Value::Object);
-        let parallel = wire.parallel_tool_calls.unwrap_or(true);
-        let (chat, items, namespaced) = translate(wire, &app.responses)?;
-        kept = Some((store, previous, metadata, parallel, items, namespaced));
-        Ok(chat)
-    })
-    .await?;
-    let Some((store, previous_response_id, metadata, parallel_tool_calls, items, namespaced)) = kept else {
-        return Err(ApiError::Internal("the request was not read".into()));
-    };
+    let mut wire: ResponsesRequest = read_json(request, payload).await?;
+    ready_model(state)?;
+    wire.refuse_unsupported()?;
+    let owner = Caller::of(request);
+    let given = input_items(wire.input.take())?;
+    let (context, input) = resolve(state, &owner, wire.previous_response_id.as_deref(), given).await?;
+    let echo = Echo::of(&wire);
+    let store = wire.store.unwrap_or(true);
+    let previous_response_id = wire.previous_response_id.clone();
+    let (chat, namespaced) = translate(wire, &context, &input)?;
+    let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
     let mut draft = Draft {
-        app: state.clone(),
         // Stored here only: the id names this replica (`--replica-id`).
         id: skillhost_actors::replica::stamp(new_id("resp")),
+        owner,
         created_at: unix_now(),
         model: info.id.clone(),
-        items,
+        input,
         store,
         previous_response_id,
-        metadata,
-        parallel_tool_calls,
+        echo,
         namespaced,
         output: Vec::new(),
     };
     if stream {
-        let encoder = ResponsesEncoder { draft, sequence: 0, open: None, calls: Vec::new() };
+        let encoder = ResponsesEncoder { app: state.clone(), draft, sequence: 0, open: None, calls: Vec::new() };
         return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
     let done = collect(state, chat, peer, started).await?;
@@ -581,11 +820,189 @@ async fn serve(
         draft.output.push(reasoning_item(&done.reasoning));
     }
     if !done.text.is_empty() || done.calls.is_empty() {
-        draft.output.push(message_item(&done.text));
+        draft.output.push(message_item(&done.text, done.finish));
     }
     draft.output.extend(done.calls.iter().map(|call| call_item(call, &draft.namespaced, done.finish)));
-    draft.keep();
-    Ok(HttpResponse::Ok().json(draft.response("completed", Some((done.finish, &done.usage, &done.timings)))))
+    let response = draft.response(Some(End { finish: done.finish, usage: &done.usage, timings: &done.timings }));
+    Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
+}
+
+/// `id` as a path names it, refused when another replica made it.
+fn owned_id(id: &str) -> Result<&str, ApiError> {
+    match skillhost_actors::replica::elsewhere(id) {
+        Some(replica) => {
+            Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&format!("response {id}"), replica)))
+        }
+        None => Ok(id),
+    }
+}
+
+fn no_response(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no stored response has the id '{id}'"))
+}
+
+/// The names in a query string, each once.
+fn query_names(request: &HttpRequest) -> Vec<String> {
+    let mut names: Vec<String> = request
+        .query_string()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            pair.split('=').next().unwrap_or_default().trim_end_matches("%5B%5D").trim_end_matches("[]").to_string()
+        })
+        .collect();
+    names.dedup();
+    names
+}
+
+/// Refuses a query parameter outside `known`, naming it.
+fn refuse_unknown_query(request: &HttpRequest, known: &[&str]) -> Result<(), ApiError> {
+    match query_names(request).into_iter().find(|name| !known.contains(&name.as_str())) {
+        Some(name) => Err(ApiError::bad_param(
+            &name,
+            format!("the query parameter '{name}' is not one this route takes ({})", known.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The query of the stored-response routes.
+#[derive(Debug, Default, Deserialize)]
+struct StoredQuery {
+    stream: Option<bool>,
+    after: Option<String>,
+    limit: Option<usize>,
+    order: Option<String>,
+}
+
+fn stored_query(request: &HttpRequest, known: &[&str]) -> Result<StoredQuery, ApiError> {
+    refuse_unknown_query(request, known)?;
+    // `include[]` repeats; it says what to add, and everything is there.
+    let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(request.query_string())
+        .map_err(|err| ApiError::bad_request(format!("the query string is invalid: {err}")))?
+        .into_inner()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("include"))
+        .collect();
+    let mut query = StoredQuery::default();
+    for (name, value) in pairs {
+        let bad = |what: &str| ApiError::bad_param(&name, format!("'{name}' must be {what}, got '{value}'"));
+        match name.as_str() {
+            "stream" => query.stream = Some(value.parse().map_err(|_| bad("true or false"))?),
+            "after" => query.after = Some(value.clone()),
+            "limit" => query.limit = Some(value.parse().map_err(|_| bad("a whole number"))?),
+            "order" => query.order = Some(value.clone()),
+            // Resuming a stream needs a background response, which this
+            // server does not run yet (see `stream`).
+            _ => {}
+        }
+    }
+    Ok(query)
+}
+
+/// `GET /v1/responses/{id}`
+pub async fn retrieve(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, OpenAiError> {
+    let query = stored_query(&request, &["include", "stream", "starting_after", "include_obfuscation"])?;
+    if query.stream == Some(true) {
+        return Err(ApiError::bad_param(
+            "stream",
+            "'stream' resumes the events of a background response, and this server runs none yet; retrieve the response without it",
+        )
+        .into());
+    }
+    let id = owned_id(&id)?.to_string();
+    let owner = Caller::of(&request);
+    let found = state.store.run({
+        let id = id.clone();
+        move |conn| stored::get(conn, &owner, &id)
+    });
+    match found.await.map_err(store_failed)? {
+        Some(response) => Ok(HttpResponse::Ok().json(response)),
+        None => Err(no_response(&id).into()),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: the response and its items.
+pub async fn delete(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, OpenAiError> {
+    refuse_unknown_query(&request, &[])?;
+    let id = owned_id(&id)?.to_string();
+    let owner = Caller::of(&request);
+    let deleted = state.store.run({
+        let id = id.clone();
+        move |conn| stored::delete(conn, &owner, &id)
+    });
+    if deleted.await.map_err(store_failed)? {
+        Ok(HttpResponse::Ok().json(json!({"id": id, "object": "response", "deleted": true})))
+    } else {
+        Err(no_response(&id).into())
+    }
+}
+
+/// `GET /v1/responses/{id}/input_items`: the request's own items, a page
+/// at a time (`after` an item id, `limit`, `order` asc or desc, newest
+/// first by default).
+pub async fn input_items_list(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, OpenAiError> {
+    let query = stored_query(&request, &["after", "limit", "order", "include"])?;
+    let limit = query.limit.unwrap_or(DEFAULT_ITEMS_PAGE);
+    if !(1..=MAX_ITEMS_PAGE).contains(&limit) {
+        return Err(ApiError::bad_param(
+            "limit",
+            format!("'limit' must be between 1 and {MAX_ITEMS_PAGE}, got {limit}"),
+        )
+        .into());
+    }
+    let newest_first = match query.order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::bad_param("order", format!("'order' must be asc or desc, got '{other}'")).into())
+        }
+    };
+    let id = owned_id(&id)?.to_string();
+    let owner = Caller::of(&request);
+    let found = state.store.run({
+        let id = id.clone();
+        move |conn| stored::input_items(conn, &owner, &id)
+    });
+    let Some(mut items) = found.await.map_err(store_failed)? else { return Err(no_response(&id).into()) };
+    if newest_first {
+        items.reverse();
+    }
+    let item_id = |item: &Value| item.get("id").and_then(Value::as_str).map(str::to_string);
+    let from = match &query.after {
+        None => 0,
+        Some(after) => match items.iter().position(|item| item_id(item).as_deref() == Some(after)) {
+            Some(at) => at + 1,
+            None => {
+                return Err(ApiError::bad_param(
+                    "after",
+                    format!("'after' names the item '{after}', which is not an input item of {id}"),
+                )
+                .into())
+            }
+        },
+    };
+    let has_more = items.len() > from + limit;
+    let page: Vec<Value> = items.into_iter().skip(from).take(limit).collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": page,
+        "first_id": page.first().and_then(item_id),
+        "last_id": page.last().and_then(item_id),
+        "has_more": has_more,
+    })))
 }
 
 /// The open output item on the stream: a message or a reasoning item.
@@ -600,6 +1017,7 @@ enum Open {
 /// `response.completed` (`response.incomplete` when the budget ran out);
 /// every event carries `sequence_number`.
 struct ResponsesEncoder {
+    app: web::Data<AppState>,
     draft: Draft,
     sequence: u64,
     open: Option<Open>,
@@ -608,16 +1026,23 @@ struct ResponsesEncoder {
     calls: Vec<ToolCall>,
 }
 
+/// One typed event as an SSE frame.
+fn event_frame(kind: &str, mut data: Value, sequence: u64) -> Bytes {
+    data["type"] = Value::String(kind.into());
+    data["sequence_number"] = json!(sequence);
+    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+}
+
 impl ResponsesEncoder {
-    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
-        data["type"] = Value::String(kind.into());
-        data["sequence_number"] = json!(self.sequence);
+    fn event(&mut self, kind: &str, data: Value) -> Bytes {
+        let frame = event_frame(kind, data, self.sequence);
         self.sequence += 1;
-        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+        frame
     }
 
-    /// Ends the open item, adding it to the output.
-    fn close(&mut self, frames: &mut Vec<Bytes>) {
+    /// Ends the open item, adding it to the output; `finish` says whether
+    /// the budget cut it.
+    fn close(&mut self, frames: &mut Vec<Bytes>, finish: ChatFinish) {
         let index = self.draft.output.len();
         match self.open.take() {
             None => {}
@@ -631,12 +1056,16 @@ impl ResponsesEncoder {
                     "response.content_part.done",
                     json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
                 ));
-                let mut item = message_item(&text);
+                let mut item = message_item(&text, finish);
                 item["id"] = Value::String(id);
                 frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
                 self.draft.output.push(item);
             }
             Some(Open::Reasoning { id, text }) => {
+                frames.push(self.event(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                ));
                 let mut item = reasoning_item(&text);
                 item["id"] = Value::String(id);
                 frames.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
@@ -673,7 +1102,7 @@ impl ResponsesEncoder {
 
 impl Encoder for ResponsesEncoder {
     fn opening(&mut self) -> Vec<Bytes> {
-        let response = self.draft.response("in_progress", None);
+        let response = self.draft.response(None);
         vec![
             self.event("response.created", json!({"response": response})),
             self.event("response.in_progress", json!({"response": response})),
@@ -683,7 +1112,7 @@ impl Encoder for ResponsesEncoder {
     fn content(&mut self, delta: &str) -> Vec<Bytes> {
         let mut frames = Vec::new();
         if !matches!(self.open, Some(Open::Message { .. })) {
-            self.close(&mut frames);
+            self.close(&mut frames, ChatFinish::Stop);
             let id = new_id("msg");
             let index = self.draft.output.len();
             let item =
@@ -710,7 +1139,7 @@ impl Encoder for ResponsesEncoder {
     fn reasoning(&mut self, delta: &str) -> Vec<Bytes> {
         let mut frames = Vec::new();
         if !matches!(self.open, Some(Open::Reasoning { .. })) {
-            self.close(&mut frames);
+            self.close(&mut frames, ChatFinish::Stop);
             let id = new_id("rs");
             let index = self.draft.output.len();
             let item = json!({"type": "reasoning", "id": id, "summary": []});
@@ -733,18 +1162,24 @@ impl Encoder for ResponsesEncoder {
         Vec::new()
     }
 
-    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+    fn finished(&mut self, end: Finish<'_>) -> Ending {
         let mut frames = Vec::new();
-        self.close(&mut frames);
+        self.close(&mut frames, end.finish);
         self.send_calls(&mut frames, end.finish);
-        self.draft.keep();
         // A response cut by its budget ends with `response.incomplete`
         // (`status: "incomplete"` and the reason), as OpenAI ends it; the
         // SDK's stream helper and Codex end a turn on either event.
-        let response = self.draft.response("completed", Some((end.finish, end.usage, end.timings)));
+        let response = self.draft.response(Some(End { finish: end.finish, usage: end.usage, timings: end.timings }));
         let kind = if end.finish == ChatFinish::Length { "response.incomplete" } else { "response.completed" };
-        frames.push(self.event(kind, json!({"response": response})));
-        frames
+        let sequence = self.sequence;
+        self.sequence += 1;
+        let (app, draft) = (self.app.clone(), self.draft.clone());
+        // The last event says `store: true` only once the commit returned.
+        Ending::After(Box::pin(async move {
+            let response = draft.keep(&app, response).await;
+            frames.push(event_frame(kind, json!({"response": response}), sequence));
+            frames
+        }))
     }
 
     fn error_frame(err: &ApiError) -> Bytes {
@@ -757,9 +1192,10 @@ impl Encoder for ResponsesEncoder {
     /// `response.failed`.
     fn failed(&mut self, err: &ApiError) -> Vec<Bytes> {
         let mut frames = Vec::new();
-        self.close(&mut frames);
+        self.close(&mut frames, ChatFinish::Length);
         frames.push(self.event("error", json!({"code": err.kind(), "message": err.to_string(), "param": null})));
-        let mut response = self.draft.response("failed", None);
+        let mut response = self.draft.response(None);
+        response["status"] = json!("failed");
         // The Responses API's codes for a failed response.
         let code = match err {
             ApiError::BadRequest { .. } => "invalid_prompt",
@@ -775,20 +1211,6 @@ impl Encoder for ResponsesEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_store_keeps_the_last_responses_and_drops_the_oldest() {
-        let store = Store::default();
-        for n in 0..MAX_STORED_RESPONSES {
-            store.put(format!("resp_{n}"), vec![json!({"n": n})]);
-        }
-        // At the limit, the first is still there.
-        assert_eq!(store.get("resp_0"), Some(vec![json!({"n": 0})]));
-        // One past it, the oldest goes and the newest stays.
-        store.put("resp_last".into(), Vec::new());
-        assert_eq!(store.get("resp_0"), None);
-        assert!(store.get("resp_1").is_some() && store.get("resp_last").is_some());
-    }
 
     #[test]
     fn a_namespaced_name_may_be_as_long_as_a_tool_name_and_no_longer() {

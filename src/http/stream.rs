@@ -46,8 +46,19 @@ pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
     translate: impl FnOnce(R) -> Result<ChatCompletionRequest, ApiError>,
 ) -> Result<Begun, ApiError> {
     let wire: R = read_json(request, payload).await?;
+    ready_model(state)?;
+    begin_translated(state, request, spelling, translate(wire)?).await
+}
+
+/// [`begin`] after the surface translated its request itself (a surface
+/// whose translation reads the store).
+pub async fn begin_translated(
+    state: &web::Data<AppState>,
+    request: &actix_web::HttpRequest,
+    spelling: &Spelling,
+    mut translated: ChatCompletionRequest,
+) -> Result<Begun, ApiError> {
     let info = ready_model(state)?;
-    let mut translated = translate(wire)?;
     apply_tool_choice_header(request, &mut translated)?;
     let validated = translated.validate_as(&info.id, spelling)?;
     let (chat, peer) = start(state, request, validated.request).await?;
@@ -100,6 +111,20 @@ pub struct Finish<'a> {
     pub rounds: &'a [RoundStats],
 }
 
+/// The last frames of a finished request: at once, or after work they
+/// report on (the Responses API says a response is stored only once the
+/// store's commit returned).
+pub enum Ending {
+    Now(Vec<Bytes>),
+    After(futures_util::future::BoxFuture<'static, Vec<Bytes>>),
+}
+
+impl From<Vec<Bytes>> for Ending {
+    fn from(frames: Vec<Bytes>) -> Self {
+        Ending::Now(frames)
+    }
+}
+
 /// A surface's wire format. Each method returns the frames to send, in order.
 pub trait Encoder: Send + 'static {
     /// Frames sent before any event.
@@ -122,7 +147,7 @@ pub trait Encoder: Send + 'static {
         Vec::new()
     }
     /// The last frames of a request that finished.
-    fn finished(&mut self, finish: Finish<'_>) -> Vec<Bytes>;
+    fn finished(&mut self, finish: Finish<'_>) -> Ending;
     /// The frame that ends a stream with an error (also after a panic,
     /// when the encoder itself is gone).
     fn error_frame(err: &ApiError) -> Bytes
@@ -152,6 +177,8 @@ struct Core<E: Encoder> {
     started: Instant,
     encoder: E,
     pending: VecDeque<Bytes>,
+    /// The last frames, once the work they report on is done.
+    ending: Option<futures_util::future::BoxFuture<'static, Vec<Bytes>>>,
     first_output: bool,
     /// No more events will be read; what is pending still goes out.
     done: bool,
@@ -193,7 +220,13 @@ impl<E: Encoder> Core<E> {
                 self.app.metrics.finished(usage.prompt_tokens, &timings);
                 self.done = true;
                 self.finished = true;
-                self.encoder.finished(Finish { finish, usage: &usage, timings: &timings, rounds: &rounds })
+                match self.encoder.finished(Finish { finish, usage: &usage, timings: &timings, rounds: &rounds }) {
+                    Ending::Now(frames) => frames,
+                    Ending::After(later) => {
+                        self.ending = Some(later);
+                        Vec::new()
+                    }
+                }
             }
             ChatEvent::Failed(err) => {
                 self.fail(&err.into());
@@ -222,9 +255,24 @@ pub fn event_stream<E: Encoder>(
     mut encoder: E,
 ) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
     let pending = encoder.opening().into();
-    let core = Core { app, chat, peer, started, encoder, pending, first_output: true, done: false, finished: false };
+    let core = Core {
+        app,
+        chat,
+        peer,
+        started,
+        encoder,
+        pending,
+        ending: None,
+        first_output: true,
+        done: false,
+        finished: false,
+    };
     let frames = stream::unfold(core, |mut core| async move {
         loop {
+            if let Some(ending) = core.ending.take() {
+                let frames = ending.await;
+                core.pending.extend(frames);
+            }
             if let Some(bytes) = core.pending.pop_front() {
                 if core.finished && core.pending.is_empty() {
                     core.encoder.delivered();

@@ -18,6 +18,7 @@ use skillhost_actors::sandbox::interpreters::Interpreters;
 use skillhost_actors::sandbox::launch::Launcher;
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
+use skillhost_actors::store::Store;
 use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
@@ -83,6 +84,7 @@ pub(crate) struct TestServer {
     access: Option<(AccessConfig, IpAddr)>,
     admission: Admission,
     keep_alive: Duration,
+    state: Option<PathBuf>,
 }
 
 /// A started test server.
@@ -131,6 +133,7 @@ impl TestServer {
             access: None,
             admission: Admission::default(),
             keep_alive: crate::http::webui::KEEP_ALIVE,
+            state: None,
         }
     }
 
@@ -206,6 +209,13 @@ impl TestServer {
         self
     }
 
+    /// Keeps state in `dir` (a server started on it again finds it), in
+    /// place of a folder of its own.
+    pub(crate) fn state_dir(mut self, dir: &Path) -> Self {
+        self.state = Some(dir.to_path_buf());
+        self
+    }
+
     pub(crate) fn keep_alive(mut self, keep_alive: Duration) -> Self {
         self.keep_alive = keep_alive;
         self
@@ -215,6 +225,11 @@ impl TestServer {
     /// A server that refuses its settings is an error; a model that does
     /// not load fails the test.
     pub(crate) async fn start(self) -> Result<Running, StartupError> {
+        // First, as `serve` opens it: a store it cannot open starts nothing.
+        let store = match &self.state {
+            Some(dir) => Store::open(dir, Default::default())?,
+            None => Store::temporary()?,
+        };
         let (model, backend) = match self.model {
             Model::Scripted(backend) => (ModelSource::Provided(backend.clone()), Some(backend)),
             Model::Real(engine) => (ModelSource::Load(engine), None),
@@ -235,6 +250,7 @@ impl TestServer {
             admission: self.admission,
             keep_alive: self.keep_alive,
             started_at: 0,
+            store,
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

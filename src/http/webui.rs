@@ -18,7 +18,7 @@ use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
     WireMessage, WireToolChoice,
 };
-use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Finish};
+use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Ending, Finish};
 use crate::http::AppState;
 
 /// A comment frame goes out after this long without any other, so proxies
@@ -255,7 +255,7 @@ impl Encoder for WebEncoder {
         vec![frame(&agent_json(update))]
     }
 
-    fn finished(&mut self, end: Finish<'_>) -> Vec<Bytes> {
+    fn finished(&mut self, end: Finish<'_>) -> Ending {
         vec![frame(&json!({
             "done": true,
             "finish_reason": finish_reason(end.finish),
@@ -264,6 +264,7 @@ impl Encoder for WebEncoder {
             "rounds": rounds_json(end.rounds),
             "conversationId": self.conversation,
         }))]
+        .into()
     }
 
     fn error_frame(err: &ApiError) -> Bytes {

@@ -176,12 +176,15 @@ async function startServer(extraArgs = [], source = ['--model', MODEL]) {
   const workspaceDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-workspace-'));
   await chmod(workspaceDir, 0o755);
   cleanups.push(() => rm(workspaceDir, { recursive: true, force: true }));
+  // State of its own, never the host's state folder.
+  const stateDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-state-'));
+  cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
 
   const args = [
     'serve', '--host', '127.0.0.1', '--port', '0',
     ...source, '--ctx-size', '8192', '--parallel', '2',
     '--skills-dir', join(REPO, 'skills'), '--skills-install-dir', installDir,
-    '--code-exec', '--workspace-dir', workspaceDir,
+    '--code-exec', '--workspace-dir', workspaceDir, '--state-dir', stateDir,
     ...extraArgs,
   ];
   const child = spawn(BINARY, args, {

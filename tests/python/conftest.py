@@ -53,6 +53,10 @@ class RunningServer:
         if not names_flag(args, "--skills-install-dir"):
             (self.home / "installed").mkdir()
             args = [*args, "--skills-install-dir", str(self.home / "installed")]
+        # Stored responses go to a folder of the server's own, not the
+        # host's state folder, unless the test names one (to restart on it).
+        if not names_flag(args, "--state-dir"):
+            args = [*args, "--state-dir", str(self.home / "state")]
         self.process = subprocess.Popen(
             [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.DEVNULL,
@@ -97,6 +101,11 @@ class RunningServer:
                 if line.startswith(name + " "):
                     return float(line.split()[1])
         raise AssertionError(f"no metric {name}")
+
+    def kill(self):
+        """SIGKILL, as a crash: nothing gets to clean up or flush."""
+        self.process.kill()
+        self.process.wait()
 
     def stop(self):
         self.process.terminate()

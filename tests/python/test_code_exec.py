@@ -77,7 +77,7 @@ def test_a_workspace_dir_the_sandbox_user_cannot_reach_stops_start_up(tmp_path):
     private.mkdir(mode=0o700)
     result = subprocess.run(
         [str(BINARY), "serve", "--model", str(DEFAULT_MODEL), "--port", "0", "--code-exec",
-         "--workspace-dir", str(private / "work")],
+         "--workspace-dir", str(private / "work"), "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode != 0

@@ -1,10 +1,16 @@
 """The official `openai` client's Responses API against skillhost and the
 real model: text, streaming (typed events, validated by the SDK), a
-function-call round trip with and without `previous_response_id`, and bad
-input."""
+function-call round trip with and without `previous_response_id`, stored
+responses read back, paged, referenced and deleted through the SDK, their
+survival of `kill -9`, and bad input."""
+
+import subprocess
 
 import httpx
+import openai
 import pytest
+
+from conftest import BINARY, DEFAULT_MODEL, child_env
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 WEATHER = {
@@ -97,7 +103,9 @@ def test_a_function_call_round_trip(client):
          "function tools only"),
         ({"max_output_tokens": 0}, "'max_output_tokens' must be at least 1"),
         ({"tools": [{"type": "function", "name": "w", "parameters": []}]}, "tools[0].parameters must be"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "'input[0].type' is 'item_reference'"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "refers to the item 'x', which no stored response"),
+        ({"frobnicate": True}, "unknown field `frobnicate`"),
+        ({"background": True}, "'background' is not supported"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "reads text only"),
         ({"text": {"format": {"type": "yaml"}}}, "'text.format.type' must be"),
         ({"temperature": "hot"}, "'temperature' is invalid"),
@@ -116,6 +124,8 @@ WRONG_TYPES = {
     "model": 5, "input": 5, "instructions": 5, "tools": 5, "tool_choice": 5, "parallel_tool_calls": "x",
     "max_output_tokens": "x", "temperature": "x", "top_p": "x", "text": 5, "stream": "x", "store": "x",
     "previous_response_id": 5, "reasoning": 5, "metadata": 5, "user": 5, "skills": 5, "skills_discovery": "x",
+    "presence_penalty": "x", "frequency_penalty": "x", "top_logprobs": "x", "truncation": 5, "include": 5,
+    "prompt_cache_key": 5, "safety_identifier": 5, "service_tier": 5, "background": "x",
 }
 
 
@@ -144,3 +154,78 @@ def test_a_namespaced_function_call_round_trip(client):
         model=MODEL, previous_response_id=first.id, input=[result], tools=[crm], max_output_tokens=16, temperature=0,
     )
     assert followed.output and followed.usage.input_tokens > first.usage.input_tokens
+
+
+def test_a_stored_response_round_trips_through_the_sdk(client):
+    made = client.responses.create(
+        model=MODEL, instructions="Be brief.", max_output_tokens=8, temperature=0, metadata={"case": "stored"},
+        input=[{"role": "user", "content": f"Question {n}."} for n in range(3)],
+    )
+    read = client.responses.retrieve(made.id)
+    assert read.model_dump() == made.model_dump()
+    assert (read.instructions, read.metadata, read.temperature) == ("Be brief.", {"case": "stored"}, 0)
+    # The SDK follows the cursor page by page; the items come back as sent.
+    items = list(client.responses.input_items.list(made.id, limit=1, order="asc"))
+    assert [item.content[0].text for item in items] == ["Question 0.", "Question 1.", "Question 2."]
+    newest = client.responses.input_items.list(made.id, limit=2)
+    assert [item.content[0].text for item in newest.data] == ["Question 2.", "Question 1."] and newest.has_more
+    # An item of the stored answer, by reference.
+    answer = next(item for item in made.output if item.type == "message")
+    referenced = client.responses.create(
+        model=MODEL, max_output_tokens=8, temperature=0,
+        input=[{"type": "item_reference", "id": answer.id}, {"role": "user", "content": "Thanks."}],
+    )
+    first = client.responses.input_items.list(referenced.id, order="asc").data[0]
+    assert (first.id, first.type) == (answer.id, "message")
+    client.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=MODEL, previous_response_id=made.id, input="More.", max_output_tokens=4)
+
+
+def test_store_false_is_answered_and_forgotten(client):
+    made = client.responses.create(model=MODEL, input="Hi.", max_output_tokens=4, temperature=0, store=False)
+    assert made.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+
+
+def test_stored_responses_survive_kill_9_and_the_folder_is_one_servers(start_server, tmp_path):
+    state = tmp_path / "state"
+    args = ["--model", str(DEFAULT_MODEL), "--ctx-size", "2048", "--state-dir", str(state)]
+    first = start_server(*args)
+    sdk = openai.OpenAI(base_url=first.url + "/v1", api_key="unused")
+    made = sdk.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=6, temperature=0)
+    # A second server on the same folder is refused with a sentence.
+    second = subprocess.run(
+        [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", "--no-skills", *args],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )
+    assert second.returncode != 0 and "in use by another skillhost process" in second.stderr, second.stderr
+    # The answer was acknowledged, so a crash right after it keeps it.
+    first.kill()
+    again = start_server(*args)
+    sdk = openai.OpenAI(base_url=again.url + "/v1", api_key="unused")
+    assert sdk.responses.retrieve(made.id).model_dump() == made.model_dump()
+    followed = sdk.responses.create(
+        model=MODEL, previous_response_id=made.id, input="Another.", max_output_tokens=6, temperature=0,
+    )
+    assert followed.usage.input_tokens > made.usage.input_tokens
+
+
+def test_a_newer_or_damaged_store_stops_start_up_and_is_left_alone(tmp_path):
+    import sqlite3
+
+    state = tmp_path / "state"
+    state.mkdir()
+    database = state / "state.db"
+    sqlite3.connect(database).execute("CREATE TABLE notes (body TEXT)").connection.commit()
+    before = database.read_bytes()
+    run = subprocess.run(
+        [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", "--no-skills", "--model", str(DEFAULT_MODEL),
+         "--state-dir", str(state)],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )
+    assert run.returncode != 0 and "is not a skillhost store" in run.stderr, run.stderr
+    assert database.read_bytes() == before

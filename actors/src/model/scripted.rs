@@ -43,6 +43,12 @@ impl From<String> for ScriptedOutput {
     }
 }
 
+impl From<&str> for ScriptedOutput {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
+}
+
 /// The agent a prompt is for: a child's first message names it.
 fn agent_of(prompt: &str) -> String {
     let mark = crate::request::AGENT_MARK;

@@ -1,0 +1,125 @@
+//! The state folder's store. In this process: the bytes one stored turn
+//! takes, one commit (synced to disk), and opening a store that holds 1,000
+//! turns against opening an empty one. Through the real server: a
+//! Responses turn with `store: true` against the same turn with `store:
+//! false`, alternating, so the ratio is what storing adds to a turn.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use skillhost_actors::store::responses::{put, ResponseRecord};
+use skillhost_actors::store::{live_bytes, Retention, Store};
+
+use crate::median;
+
+/// Stored turns in the store that is opened.
+const TURNS: usize = 1000;
+/// Repetitions of each timed step; the median is reported.
+const RUNS: usize = 7;
+
+/// A turn shaped as the default model's answers are: a question, a
+/// paragraph back, and the response object around it.
+fn turn(n: usize, previous: Option<String>) -> ResponseRecord {
+    let id = format!("resp_bench{n:08}");
+    let question = format!("Question {n}: tell me about the lighthouse keeper and the storm, in a few sentences.");
+    let answer = "The keeper climbed the tower as the storm rolled in, trimmed the wick and watched the beam sweep \
+                  the water. Ships rode the swell past the reef, and by morning the sea lay flat and grey."
+        .repeat(2);
+    let body = json!({
+        "id": id, "object": "response", "created_at": 1_800_000_000u64 + n as u64, "status": "completed",
+        "model": "SmolLM2-135M-Instruct.Q4_1", "output": [], "store": true, "tools": [], "tool_choice": "auto",
+        "text": {"format": {"type": "text"}}, "truncation": "disabled", "metadata": {},
+        "usage": {"input_tokens": 120, "output_tokens": 96, "total_tokens": 216},
+    });
+    ResponseRecord {
+        id,
+        owner: "addr:127.0.0.1".into(),
+        previous_id: previous,
+        created_at: 1_800_000_000 + n as u64,
+        status: "completed".into(),
+        body,
+        input: vec![json!({"id": format!("msg_in{n:08}"), "type": "message", "role": "user", "status": "completed",
+            "content": [{"type": "input_text", "text": question}]})],
+        output: vec![json!({"id": format!("msg_out{n:08}"), "type": "message", "role": "assistant",
+            "status": "completed", "content": [{"type": "output_text", "text": answer, "annotations": []}]})],
+    }
+}
+
+fn open(dir: &std::path::Path) -> Store {
+    // Far in the future of the records' stamps: nothing expires here.
+    let retention = Retention { max_age: std::time::Duration::from_secs(u32::MAX as u64), ..Retention::default() };
+    Store::open(dir, retention).expect("the store")
+}
+
+/// The figures that need no model.
+pub fn run_offline() {
+    let empty = tempfile::tempdir().expect("a folder");
+    drop(open(empty.path()));
+    let full = tempfile::tempdir().expect("a folder");
+    let store = open(full.path());
+    let mut commits = Vec::new();
+    store
+        .run_here(|conn| {
+            for n in 0..TURNS {
+                // Ten conversations of a hundred turns each.
+                let previous = (n >= 10).then(|| turn(n - 10, None).id);
+                let started = Instant::now();
+                put(conn, &turn(n, previous))?;
+                commits.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok(())
+        })
+        .expect("stored");
+    let bytes = store.run_here(|conn| live_bytes(conn)).expect("the size");
+    drop(store);
+    let time_open = |dir: &std::path::Path| {
+        median(
+            (0..RUNS)
+                .map(|_| {
+                    let started = Instant::now();
+                    drop(open(dir));
+                    started.elapsed().as_secs_f64() * 1000.0
+                })
+                .collect(),
+        )
+    };
+    let (open_empty, open_full) = (time_open(empty.path()), time_open(full.path()));
+    println!("  bytes per stored turn                  {:>8.0}", bytes as f64 / TURNS as f64);
+    println!("  one stored turn's commit (synced)      {:>8.2} ms (median of {TURNS})", median(commits));
+    println!(
+        "  opening a store of {TURNS} turns          {open_full:>8.1} ms, {:.2}x opening an empty one ({open_empty:.1} ms)",
+        open_full / open_empty
+    );
+}
+
+/// One turn; `side` and `run` make a prompt of the same length as every
+/// other, which no earlier turn cached.
+fn respond(url: &str, side: char, run: usize, store: bool) -> f64 {
+    let body = json!({
+        "input": format!("Session {side}{run:04}. Name three things a lighthouse keeper does."),
+        "max_output_tokens": 32, "temperature": 0, "store": store,
+    });
+    let started = Instant::now();
+    let mut response = ureq::post(&format!("{url}/v1/responses"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("request");
+    let answer: Value = serde_json::from_str(&response.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(answer["store"], store, "{answer}");
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// A turn with the store on against the same turn with it off.
+pub fn run_turns(url: &str) {
+    respond(url, 'W', 0, true);
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        off.push(respond(url, 'A', run, false));
+        on.push(respond(url, 'B', run, true));
+    }
+    let (on, off) = (median(on), median(off));
+    println!(
+        "  a Responses turn, store on             {on:>8.1} ms, {:.3}x the same turn with store off ({off:.1} ms)",
+        on / off
+    );
+}

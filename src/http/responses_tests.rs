@@ -1,0 +1,339 @@
+//! The Responses API's stored responses with the scripted model: what is
+//! stored and read back whole, what a follow-up's prompt continues from
+//! (by `previous_response_id`, by `item_reference`, after a restart), the
+//! input items' pages at their limits, another caller's ids, and the
+//! fields the response object repeats of its request.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::{test, web, App};
+use serde_json::{json, Value};
+use skillhost_actors::model::scripted::ScriptedBackend;
+
+use crate::config::AccessConfig;
+use crate::http::responses::{DEFAULT_ITEMS_PAGE, MAX_ITEMS_PAGE};
+use crate::http::test_server::TestServer;
+use crate::http::{configure, AppState};
+use crate::setup::StartupError;
+
+async fn started(server: TestServer) -> (web::Data<AppState>, Arc<ScriptedBackend>) {
+    let running = server.start().await.unwrap();
+    (running.state, running.backend.unwrap())
+}
+
+async fn send(
+    app: &impl Service<actix_http::Request, Response = ServiceResponse, Error = actix_web::Error>,
+    request: test::TestRequest,
+) -> (u16, Value) {
+    let response = test::call_service(app, request.to_request()).await;
+    let status = response.status().as_u16();
+    let body = test::read_body(response).await;
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+fn post(body: Value) -> test::TestRequest {
+    test::TestRequest::post().uri("/v1/responses").set_json(body)
+}
+
+fn get(uri: &str) -> test::TestRequest {
+    test::TestRequest::get().uri(uri)
+}
+
+fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
+
+#[actix_web::test]
+async fn a_stored_response_is_read_back_whole_continued_and_deleted() {
+    let (state, backend) = started(TestServer::scripted(["Paris.", "Rome.", "Again Paris."])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (status, first) = send(&app, post(json!({"input": "Capital of France?"}))).await;
+    assert_eq!(status, 200, "{first}");
+    let id = first["id"].as_str().unwrap().to_string();
+    let (status, read) = send(&app, get(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 200);
+    pretty_assertions::assert_eq!(read, first, "what was answered is what is stored");
+
+    let (_, items) = send(&app, get(&format!("/v1/responses/{id}/input_items"))).await;
+    let item = &items["data"][0];
+    assert_eq!((item["type"].as_str(), item["role"].as_str()), (Some("message"), Some("user")));
+    assert_eq!(item["content"], json!([{"type": "input_text", "text": "Capital of France?"}]));
+    assert!(item["id"].as_str().unwrap().starts_with("msg_"));
+
+    // A follow-up's prompt holds the turn before it.
+    let (status, second) = send(&app, post(json!({"previous_response_id": id, "input": "And Italy?"}))).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["previous_response_id"], id.as_str());
+    let prompt = backend.prompts().last().cloned().unwrap();
+    assert!(prompt.contains("Capital of France?") && prompt.contains("Paris.") && prompt.contains("And Italy?"));
+
+    // An item reference brings back the stored item of that id.
+    let answer_id = first["output"][0]["id"].as_str().unwrap();
+    let input = json!([{"type": "item_reference", "id": answer_id}, {"role": "user", "content": "Say it again."}]);
+    let (status, third) = send(&app, post(json!({"input": input}))).await;
+    assert_eq!(status, 200, "{third}");
+    let prompt = backend.prompts().last().cloned().unwrap();
+    assert!(prompt.contains("Paris.") && !prompt.contains("And Italy?"), "{prompt}");
+    let third_id = third["id"].as_str().unwrap();
+    let (_, items) = send(&app, get(&format!("/v1/responses/{third_id}/input_items?order=asc"))).await;
+    assert_eq!(items["data"][0], first["output"][0]);
+
+    let (status, deleted) = send(&app, test::TestRequest::delete().uri(&format!("/v1/responses/{id}"))).await;
+    assert_eq!((status, deleted), (200, json!({"id": id, "object": "response", "deleted": true})));
+    let (status, gone) = send(&app, get(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 404);
+    assert_eq!(message(&gone), format!("no stored response has the id '{id}'"));
+    let (status, _) = send(&app, test::TestRequest::delete().uri(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 404);
+}
+
+#[actix_web::test]
+async fn input_items_come_a_page_at_a_time_within_the_limits() {
+    let (state, _) = started(TestServer::scripted(["ok"])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let count = MAX_ITEMS_PAGE + 1;
+    let input: Vec<Value> = (0..count).map(|n| json!({"role": "user", "content": format!("m{n}")})).collect();
+    let (_, made) = send(&app, post(json!({"input": input}))).await;
+    let id = made["id"].as_str().unwrap();
+    let texts = |page: &Value| -> Vec<String> {
+        page["data"].as_array().unwrap().iter().map(|i| i["content"][0]["text"].as_str().unwrap().into()).collect()
+    };
+    let uri = |query: &str| format!("/v1/responses/{id}/input_items?{query}");
+    // Newest first and DEFAULT_ITEMS_PAGE of them by default.
+    let (_, page) = send(&app, get(&uri(""))).await;
+    assert_eq!(texts(&page).len(), DEFAULT_ITEMS_PAGE);
+    assert_eq!(texts(&page)[0], format!("m{}", count - 1));
+    assert_eq!(page["has_more"], true);
+    // The largest page holds all but one; the cursor brings the last.
+    let (_, page) = send(&app, get(&uri(&format!("order=asc&limit={MAX_ITEMS_PAGE}")))).await;
+    assert_eq!(texts(&page).len(), MAX_ITEMS_PAGE);
+    assert_eq!((page["has_more"].as_bool(), texts(&page)[0].as_str()), (Some(true), "m0"));
+    let last = page["last_id"].as_str().unwrap();
+    let (_, rest) = send(&app, get(&uri(&format!("order=asc&limit={MAX_ITEMS_PAGE}&after={last}")))).await;
+    assert_eq!(texts(&rest), [format!("m{MAX_ITEMS_PAGE}")]);
+    assert_eq!(rest["has_more"], false);
+    assert_eq!(rest["first_id"], rest["last_id"]);
+    for (query, said) in [
+        (format!("limit={}", MAX_ITEMS_PAGE + 1), "'limit' must be between 1 and 100, got 101".to_string()),
+        ("limit=0".into(), "'limit' must be between 1 and 100, got 0".into()),
+        ("limit=many".into(), "'limit' must be a whole number, got 'many'".into()),
+        ("order=sideways".into(), "'order' must be asc or desc, got 'sideways'".into()),
+        (
+            "after=msg_nothing".into(),
+            format!("'after' names the item 'msg_nothing', which is not an input item of {id}"),
+        ),
+        ("colour=red".into(), "the query parameter 'colour' is not one this route takes".into()),
+    ] {
+        let (status, body) = send(&app, get(&uri(&query))).await;
+        assert_eq!(status, 400, "{query}");
+        assert!(message(&body).starts_with(&said), "{query}: {body}");
+    }
+    let (status, body) = send(&app, get("/v1/responses/resp_nothing/input_items")).await;
+    assert_eq!((status, message(&body)), (404, "no stored response has the id 'resp_nothing'"));
+}
+
+#[actix_web::test]
+async fn store_false_keeps_nothing_and_unknown_ids_are_named() {
+    let (state, _) = started(TestServer::scripted(["one", "two"])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (_, made) = send(&app, post(json!({"input": "x", "store": false}))).await;
+    assert_eq!(made["store"], false);
+    let id = made["id"].as_str().unwrap();
+    let (status, _) = send(&app, get(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 404);
+    let (status, body) = send(&app, post(json!({"input": "y", "previous_response_id": id}))).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).starts_with(&format!("no stored response has the id '{id}'")), "{body}");
+    let input = json!([{"type": "item_reference", "id": "msg_nowhere"}]);
+    let (status, body) = send(&app, post(json!({"input": input}))).await;
+    assert_eq!(status, 400);
+    assert_eq!(message(&body), "'input[0]' refers to the item 'msg_nowhere', which no stored response of yours holds");
+    assert_eq!(body["error"]["param"], "input[0]");
+}
+
+#[actix_web::test]
+async fn another_callers_responses_and_items_are_unknown_to_it() {
+    let access = AccessConfig { api_keys: vec!["key-a".into(), "key-b".into()], ..AccessConfig::default() };
+    let server = TestServer::scripted(["mine", "theirs"]).keys(access, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let (state, backend) = started(server).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let as_a = |request: test::TestRequest| request.insert_header(("authorization", "Bearer key-a"));
+    let as_b = |request: test::TestRequest| request.insert_header(("authorization", "Bearer key-b"));
+    let (status, made) = send(&app, as_a(post(json!({"input": "a secret"})))).await;
+    assert_eq!(status, 200, "{made}");
+    let id = made["id"].as_str().unwrap();
+    let item = made["output"][0]["id"].as_str().unwrap();
+    for uri in [format!("/v1/responses/{id}"), format!("/v1/responses/{id}/input_items")] {
+        let (status, body) = send(&app, as_b(get(&uri))).await;
+        assert_eq!((status, message(&body)), (404, format!("no stored response has the id '{id}'").as_str()));
+    }
+    let (status, _) = send(&app, as_b(test::TestRequest::delete().uri(&format!("/v1/responses/{id}")))).await;
+    assert_eq!(status, 404);
+    let (status, _) = send(&app, as_b(post(json!({"input": "go on", "previous_response_id": id})))).await;
+    assert_eq!(status, 400);
+    let input = json!([{"type": "item_reference", "id": item}]);
+    let (status, _) = send(&app, as_b(post(json!({"input": input})))).await;
+    assert_eq!(status, 400);
+    // Nothing of the secret reached the model for the other caller, and
+    // the owner still has all of it.
+    assert_eq!(backend.prompts().len(), 1);
+    let (status, _) = send(&app, as_a(get(&format!("/v1/responses/{id}")))).await;
+    assert_eq!(status, 200);
+}
+
+#[actix_web::test]
+async fn stored_responses_outlive_the_server_and_a_second_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, id) = {
+        let (state, _) = started(TestServer::scripted(["Paris."]).state_dir(dir.path())).await;
+        let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+        let (_, made) = send(&app, post(json!({"input": "Capital of France?"}))).await;
+        // While it runs, the folder is taken.
+        let err = TestServer::scripted(["x"]).state_dir(dir.path()).start().await.err().unwrap();
+        assert!(matches!(err, StartupError::Store(_)), "{err}");
+        assert!(err.to_string().contains("in use by another skillhost process"), "{err}");
+        let id = made["id"].as_str().unwrap().to_string();
+        (made, id)
+    };
+    let (state, backend) = started(TestServer::scripted(["Rome."]).state_dir(dir.path())).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (status, read) = send(&app, get(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(read, first);
+    let (status, _) = send(&app, post(json!({"input": "And Italy?", "previous_response_id": id}))).await;
+    assert_eq!(status, 200);
+    let prompt = backend.prompts().last().cloned().unwrap();
+    assert!(prompt.contains("Capital of France?") && prompt.contains("Paris."), "{prompt}");
+}
+
+/// What the Open Responses specification requires of every response object.
+const REQUIRED: [&str; 31] = [
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "background",
+    "error",
+    "incomplete_details",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "model",
+    "output",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "reasoning",
+    "store",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "text",
+    "tool_choice",
+    "tools",
+    "truncation",
+    "service_tier",
+    "safety_identifier",
+    "prompt_cache_key",
+    "metadata",
+    "usage",
+];
+
+#[actix_web::test]
+async fn the_response_repeats_what_its_request_set() {
+    let (state, _) = started(TestServer::scripted(["Sunny.", "Sunny."])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let tools = json!([{"type": "function", "name": "weather", "description": "The weather.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({
+        "input": "Weather?", "instructions": "Be brief.", "tools": tools, "tool_choice": "none",
+        "temperature": 0.5, "top_p": 0.9, "presence_penalty": 0.25, "frequency_penalty": 0.5,
+        "max_output_tokens": 16, "metadata": {"ticket": "7"}, "prompt_cache_key": "k-1",
+        "safety_identifier": "user-9", "reasoning": {"effort": "low"}, "truncation": "auto",
+        "text": {"format": {"type": "text"}, "verbosity": "low"}, "parallel_tool_calls": false,
+    });
+    let (status, response) = send(&app, post(body.clone())).await;
+    assert_eq!(status, 200, "{response}");
+    for field in REQUIRED {
+        assert!(response.get(field).is_some(), "no '{field}' in {response}");
+    }
+    for field in [
+        "instructions",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "max_output_tokens",
+        "metadata",
+        "prompt_cache_key",
+        "safety_identifier",
+        "truncation",
+        "text",
+        "parallel_tool_calls",
+    ] {
+        assert_eq!(response[field], body[field], "{field}");
+    }
+    assert_eq!(response["reasoning"], json!({"effort": "low", "summary": null}));
+    assert_eq!((response["status"].as_str(), response["background"].as_bool()), (Some("completed"), Some(false)));
+    assert!(response["completed_at"].as_u64().unwrap() >= response["created_at"].as_u64().unwrap());
+    // The stream's first events carry the same object, still in progress.
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let response = test::call_service(&app, post(streamed).to_request()).await;
+    let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    let created: Value = serde_json::from_str(
+        text.split("\n\n").next().unwrap().lines().find_map(|l| l.strip_prefix("data: ")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(created["type"], "response.created");
+    let object = &created["response"];
+    for field in REQUIRED {
+        assert!(object.get(field).is_some(), "no '{field}' in response.created");
+    }
+    assert_eq!((object["status"].as_str(), object["completed_at"].as_null()), (Some("in_progress"), Some(())));
+    assert_eq!(object["tool_choice"], "none");
+}
+
+#[actix_web::test]
+async fn a_budget_cut_answer_is_incomplete_inside_and_out() {
+    let long = "one two three four five six seven eight nine ten eleven twelve";
+    let (state, _) = started(TestServer::scripted([long])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (_, response) = send(&app, post(json!({"input": "Count.", "max_output_tokens": 2}))).await;
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(response["incomplete_details"], json!({"reason": "max_output_tokens"}));
+    assert_eq!(response["output"][0]["status"], "incomplete");
+}
+
+#[actix_web::test]
+async fn fields_it_cannot_honour_or_does_not_know_are_400s_naming_them() {
+    let (state, backend) = started(TestServer::scripted(Vec::<String>::new())).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    for (extra, said) in [
+        (json!({"frobnicate": 1}), "unknown field `frobnicate`"),
+        (json!({"background": true}), "'background' is not supported by this server yet"),
+        (json!({"conversation": "conv_1"}), "'conversation' is not supported by this server yet"),
+        (json!({"prompt": {"id": "pmpt_1"}}), "'prompt' names a prompt template"),
+        (json!({"max_tool_calls": 3}), "'max_tool_calls' is not supported"),
+        (json!({"top_logprobs": 2}), "'top_logprobs' must be 0"),
+        (json!({"truncation": "sometimes"}), "'truncation' must be auto or disabled, got 'sometimes'"),
+    ] {
+        let mut body = json!({"input": "x"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, answer) = send(&app, post(body)).await;
+        assert_eq!(status, 400, "{extra}");
+        assert!(message(&answer).contains(said), "{extra}: {answer}");
+    }
+    // `background: false`, `top_logprobs: 0` and the rest of OpenAI's
+    // fields are fine; none of the refused requests reached the model.
+    assert!(backend.prompts().is_empty());
+    let (status, body) = send(&app, get("/v1/responses/resp_x?stream=true")).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).contains("'stream' resumes the events of a background response"), "{body}");
+}
