@@ -324,6 +324,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         keep_alive: http::webui::KEEP_ALIVE,
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         store,
+        max_detached_turns: config.max_detached_turns as usize,
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

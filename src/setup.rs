@@ -312,6 +312,8 @@ pub struct AppOptions {
     pub started_at: u64,
     /// The state folder's store.
     pub store: Store,
+    /// `--max-detached-turns`.
+    pub max_detached_turns: usize,
 }
 
 /// The state every handler shares, around a started server.
@@ -325,5 +327,6 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         access: options.access,
         admission: options.admission,
         store: options.store,
+        background: http::background::Background::new(options.max_detached_turns),
     }))
 }

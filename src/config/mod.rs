@@ -30,6 +30,8 @@ pub const DEFAULT_PORT: u16 = 5000;
 pub const DEFAULT_PARALLEL: u32 = 4;
 /// Most slots `--parallel` accepts.
 pub const MAX_PARALLEL: u32 = 64;
+/// Most `--max-detached-turns` takes.
+pub const MAX_DETACHED_TURNS: u32 = 1024;
 /// Smallest context `--ctx-size` accepts, in tokens.
 pub const MIN_CTX_SIZE: u32 = 256;
 
@@ -261,6 +263,9 @@ pub struct ServeArgs {
     /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
     #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT", help_heading = LOOP)]
     pub turn_timeout: Option<u64>,
+    /// Background turns (Responses API `background: true`) that may run at once; one more stops the oldest [default: --parallel]
+    #[arg(long = "max-detached-turns", env = "SKILLHOST_MAX_DETACHED_TURNS", help_heading = LOOP)]
+    pub max_detached_turns: Option<u32>,
     /// When the model is offered the coordination tools (spawn_agent and the rest): auto, on requests that offer it other tools; always; off [default: auto]
     #[arg(long = "multi-agent", env = "SKILLHOST_MULTI_AGENT", help_heading = LOOP)]
     pub multi_agent: Option<MultiAgentArg>,
@@ -506,6 +511,8 @@ pub struct ServeConfig {
     pub access: AccessConfig,
     /// Requests that may wait for a slot; more are refused with a 503.
     pub max_queued: u32,
+    /// `--max-detached-turns`.
+    pub max_detached_turns: u32,
     /// `--state-dir`: the store's folder.
     pub state_dir: PathBuf,
     /// `--state-max-age` and `--state-max-bytes`.
@@ -893,6 +900,12 @@ impl ServeArgs {
             )));
         }
         let max_queued = self.max_queued.unwrap_or(parallel.saturating_mul(QUEUE_FACTOR));
+        let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
+        if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
+            return Err(ConfigError(format!(
+                "--max-detached-turns must be between 1 and {MAX_DETACHED_TURNS}, got {max_detached_turns}"
+            )));
+        }
         Ok(ServeConfig {
             host,
             port: self.port.unwrap_or(DEFAULT_PORT),
@@ -912,6 +925,7 @@ impl ServeArgs {
             exec,
             access,
             max_queued,
+            max_detached_turns,
             state_dir,
             retention,
         })
@@ -1134,6 +1148,7 @@ mod tests {
                 exec: ExecConfig::default(),
                 access: AccessConfig::default(),
                 max_queued: 3 * QUEUE_FACTOR,
+                max_detached_turns: 3,
                 state_dir: default_state_dir().unwrap(),
                 retention: Retention::default(),
             }
@@ -1572,6 +1587,13 @@ skills-watch: true
         assert_eq!(with(&["--state-max-age", "1"]).unwrap().retention.max_age.as_secs(), 1);
         assert!(with(&["--state-max-age", "0"]).is_err());
         assert_eq!(with(&[]).unwrap().retention, Retention::default());
+        // Background turns: --parallel by default, 1 to the most.
+        assert_eq!(with(&["--parallel", "3"]).unwrap().max_detached_turns, 3);
+        let most = MAX_DETACHED_TURNS.to_string();
+        assert_eq!(with(&["--max-detached-turns", &most]).unwrap().max_detached_turns, MAX_DETACHED_TURNS);
+        let past = (MAX_DETACHED_TURNS + 1).to_string();
+        assert!(with(&["--max-detached-turns", &past]).unwrap_err().0.contains("between 1 and 1024"));
+        assert!(with(&["--max-detached-turns", "0"]).is_err());
     }
 
     #[test]

@@ -94,6 +94,7 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("GET", "/v1/responses/resp_x", None, Need::User),
         ("DELETE", "/v1/responses/resp_x", None, Need::User),
         ("GET", "/v1/responses/resp_x/input_items", None, Need::User),
+        ("POST", "/v1/responses/resp_x/cancel", None, Need::User),
         ("GET", "/v1/models", None, Need::User),
         ("GET", "/models", None, Need::User),
         ("GET", "/v1/skills", None, Need::User),

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod anthropic;
 pub mod artifacts;
+pub mod background;
 pub mod body;
 pub mod chat;
 pub mod error;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub admission: access::Admission,
     /// The state folder's store: stored responses.
     pub store: skillhost_actors::store::Store,
+    /// Background responses running now, bounded by `--max-detached-turns`.
+    pub background: background::Background,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -63,6 +66,11 @@ fn routes(config: &mut web::ServiceConfig) {
             web::resource("/v1/responses/{id}")
                 .route(web::get().to(responses::retrieve))
                 .route(web::delete().to(responses::delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/responses/{id}/cancel")
+                .route(web::post().to(responses::cancel))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

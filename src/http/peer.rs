@@ -61,6 +61,12 @@ impl PeerWatch {
         PeerWatch { socket: request.conn_data::<PeerSocket>().cloned(), last_check: Instant::now() }
     }
 
+    /// A watch that never sees a client leave: for a turn that runs on
+    /// with none attached (a background response).
+    pub fn detached() -> Self {
+        PeerWatch { socket: None, last_check: Instant::now() }
+    }
+
     /// True when the client is known to have closed the connection.
     pub fn is_closed(&self) -> bool {
         self.socket.as_ref().is_some_and(PeerSocket::is_closed)

@@ -38,8 +38,9 @@ use crate::http::AppState;
 pub const MAX_ITEMS_PAGE: usize = 100;
 pub const DEFAULT_ITEMS_PAGE: usize = 20;
 
-/// The body of `POST /v1/responses`: every field OpenAI defines is named,
-/// so one this server does not know is a 400 that names it.
+/// The body of `POST /v1/responses`: every field OpenAI defines is named
+/// (and Codex's `client_metadata`), so one this server does not know is a
+/// 400 that names it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResponsesRequest {
@@ -85,6 +86,10 @@ pub struct ResponsesRequest {
     /// Accepted: this server has one tier, reported as `default`.
     #[allow(dead_code)]
     service_tier: Option<String>,
+    /// Codex's own field (its session and turn ids, for OpenAI's logs),
+    /// sent on every request; nothing here reads it.
+    #[allow(dead_code)]
+    client_metadata: Option<Map<String, Value>>,
     #[serde(default)]
     skills: Vec<String>,
     skills_discovery: Option<bool>,
@@ -97,7 +102,15 @@ impl ResponsesRequest {
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
         let unsupported = |field: &str, why: &str| Err(ApiError::bad_param(field, format!("'{field}' {why}")));
         if self.background == Some(true) {
-            return unsupported("background", "is not supported by this server yet; send the request without it");
+            if self.store == Some(false) {
+                return unsupported("background", "needs 'store': a background response is read back by its id");
+            }
+            if self.stream {
+                return unsupported(
+                    "background",
+                    "with 'stream' is not supported yet; poll GET /v1/responses/{id} for the response",
+                );
+            }
         }
         if self.conversation.is_some() {
             return unsupported("conversation", "is not supported by this server yet; use previous_response_id");
@@ -592,6 +605,7 @@ struct Echo {
     user: Option<String>,
     metadata: Value,
     parallel_tool_calls: bool,
+    background: bool,
 }
 
 impl Echo {
@@ -626,6 +640,7 @@ impl Echo {
             user: request.user.clone(),
             metadata: request.metadata.clone().map_or_else(|| json!({}), Value::Object),
             parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+            background: request.background.unwrap_or(false),
         }
     }
 }
@@ -673,7 +688,7 @@ impl Draft {
             "created_at": self.created_at,
             "completed_at": end.map(|_| unix_now()),
             "status": status,
-            "background": false,
+            "background": echo.background,
             "error": null,
             "incomplete_details": incomplete,
             "instructions": echo.instructions,
@@ -701,6 +716,19 @@ impl Draft {
             "metadata": echo.metadata,
             "usage": end.map(|end| usage_json(end.usage, end.timings)),
         })
+    }
+
+    /// Adds a collected turn's output items and returns the finished object.
+    fn finish(&mut self, done: &crate::http::stream::Collected) -> Value {
+        if !done.reasoning.is_empty() {
+            self.output.push(reasoning_item(&done.reasoning));
+        }
+        if !done.text.is_empty() || done.calls.is_empty() {
+            self.output.push(message_item(&done.text, done.finish));
+        }
+        let calls: Vec<Value> = done.calls.iter().map(|call| call_item(call, &self.namespaced, done.finish)).collect();
+        self.output.extend(calls);
+        self.response(Some(End { finish: done.finish, usage: &done.usage, timings: &done.timings }))
     }
 
     /// Stores the finished `response` (when the request asked for it) and
@@ -815,16 +843,108 @@ async fn serve(
         let encoder = ResponsesEncoder { app: state.clone(), draft, sequence: 0, open: None, calls: Vec::new() };
         return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
+    if draft.echo.background {
+        return run_in_background(state, chat, draft, started).await;
+    }
     let done = collect(state, chat, peer, started).await?;
-    if !done.reasoning.is_empty() {
-        draft.output.push(reasoning_item(&done.reasoning));
-    }
-    if !done.text.is_empty() || done.calls.is_empty() {
-        draft.output.push(message_item(&done.text, done.finish));
-    }
-    draft.output.extend(done.calls.iter().map(|call| call_item(call, &draft.namespaced, done.finish)));
-    let response = draft.response(Some(End { finish: done.finish, usage: &done.usage, timings: &done.timings }));
+    let response = draft.finish(&done);
     Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
+}
+
+/// A `background` request: stored as `in_progress` and answered at once;
+/// the turn runs on with no client attached, and its end (or a cancel, or
+/// a newer background turn past the cap) writes its last status.
+async fn run_in_background(
+    state: &web::Data<AppState>,
+    chat: skillhost_actors::ChatStream,
+    draft: Draft,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let accepted = draft.clone().keep(state, draft.response(None)).await;
+    if accepted["store"] == false {
+        // Not stored, it could never be read back: dropping the stream
+        // cancels the turn.
+        return Err(ApiError::Internal("the server's store failed; the background response was not started".into()));
+    }
+    let (stop, registration) = futures_util::future::AbortHandle::new_pair();
+    if let Some(pushed) = state.background.admit(&draft.id, &draft.owner, stop) {
+        let message = format!(
+            "cancelled: more than {} background responses were running (--max-detached-turns), and this was the oldest",
+            state.background.cap()
+        );
+        mark(state, &pushed, "cancelled", Some(json!({"code": "cancelled", "message": message}))).await;
+    }
+    let app = state.clone();
+    let turn = async move {
+        let done = collect(&app, chat, crate::http::peer::PeerWatch::detached(), started).await;
+        let id = draft.id.clone();
+        // A cancel that came first writes the status instead.
+        if !app.background.finish(&id) {
+            return;
+        }
+        match done {
+            Ok(done) => {
+                let mut draft = draft;
+                let response = draft.finish(&done);
+                draft.keep(&app, response).await;
+            }
+            Err(err) => {
+                tracing::warn!(response = %id, "a background response failed: {err}");
+                mark(&app, &id, "failed", Some(json!({"code": failed_code(&err), "message": err.to_string()}))).await;
+            }
+        }
+    };
+    actix_web::rt::spawn(futures_util::future::Abortable::new(turn, registration));
+    Ok(HttpResponse::Ok().json(accepted))
+}
+
+/// Writes a stored response's status; a failure is logged (the status a
+/// client polls then stays what it was).
+async fn mark(state: &AppState, id: &str, status: &'static str, error: Option<Value>) {
+    let id = id.to_string();
+    let written =
+        state.store.run(move |conn| stored::set_status(conn, &id, status, error.as_ref(), Some(unix_now()))).await;
+    if let Err(err) = written {
+        tracing::error!("a response's status was not stored: {err}");
+    }
+}
+
+/// The Responses API's codes for a failed response.
+fn failed_code(err: &ApiError) -> &'static str {
+    match err {
+        ApiError::BadRequest { .. } => "invalid_prompt",
+        ApiError::Overloaded(_) | ApiError::Unavailable(_) => "rate_limit_exceeded",
+        _ => "server_error",
+    }
+}
+
+/// `POST /v1/responses/{id}/cancel`: stops a running background response
+/// (`cancelled`); a finished one is answered as it is.
+pub async fn cancel(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, OpenAiError> {
+    refuse_unknown_query(&request, &[])?;
+    let id = owned_id(&id)?.to_string();
+    let owner = Caller::of(&request);
+    if state.background.cancel(&owner, &id) {
+        mark(&state, &id, "cancelled", None).await;
+    }
+    match stored_response(&state, owner, &id).await? {
+        Some(response) if response["background"] == true => Ok(HttpResponse::Ok().json(response)),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "the response '{id}' was not created with 'background': only a background response can be cancelled"
+        ))
+        .into()),
+        None => Err(no_response(&id).into()),
+    }
+}
+
+/// `owner`'s stored response `id`, with its output.
+async fn stored_response(state: &AppState, owner: String, id: &str) -> Result<Option<Value>, ApiError> {
+    let id = id.to_string();
+    state.store.run(move |conn| stored::get(conn, &owner, &id)).await.map_err(store_failed)
 }
 
 /// `id` as a path names it, refused when another replica made it.
@@ -916,11 +1036,7 @@ pub async fn retrieve(
     }
     let id = owned_id(&id)?.to_string();
     let owner = Caller::of(&request);
-    let found = state.store.run({
-        let id = id.clone();
-        move |conn| stored::get(conn, &owner, &id)
-    });
-    match found.await.map_err(store_failed)? {
+    match stored_response(&state, owner, &id).await? {
         Some(response) => Ok(HttpResponse::Ok().json(response)),
         None => Err(no_response(&id).into()),
     }
@@ -935,6 +1051,8 @@ pub async fn delete(
     refuse_unknown_query(&request, &[])?;
     let id = owned_id(&id)?.to_string();
     let owner = Caller::of(&request);
+    // A running background response stops with the record it writes to.
+    state.background.cancel(&owner, &id);
     let deleted = state.store.run({
         let id = id.clone();
         move |conn| stored::delete(conn, &owner, &id)
@@ -1196,13 +1314,7 @@ impl Encoder for ResponsesEncoder {
         frames.push(self.event("error", json!({"code": err.kind(), "message": err.to_string(), "param": null})));
         let mut response = self.draft.response(None);
         response["status"] = json!("failed");
-        // The Responses API's codes for a failed response.
-        let code = match err {
-            ApiError::BadRequest { .. } => "invalid_prompt",
-            ApiError::Overloaded(_) | ApiError::Unavailable(_) => "rate_limit_exceeded",
-            _ => "server_error",
-        };
-        response["error"] = json!({"code": code, "message": err.to_string()});
+        response["error"] = json!({"code": failed_code(err), "message": err.to_string()});
         frames.push(self.event("response.failed", json!({"response": response})));
         frames
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::{test, web, App};
 use serde_json::{json, Value};
-use skillhost_actors::model::scripted::ScriptedBackend;
+use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
 
 use crate::config::AccessConfig;
 use crate::http::responses::{DEFAULT_ITEMS_PAGE, MAX_ITEMS_PAGE};
@@ -79,6 +79,10 @@ async fn a_stored_response_is_read_back_whole_continued_and_deleted() {
     let third_id = third["id"].as_str().unwrap();
     let (_, items) = send(&app, get(&format!("/v1/responses/{third_id}/input_items?order=asc"))).await;
     assert_eq!(items["data"][0], first["output"][0]);
+
+    let (status, body) = send(&app, test::TestRequest::post().uri(&format!("/v1/responses/{id}/cancel"))).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).ends_with("only a background response can be cancelled"), "{body}");
 
     let (status, deleted) = send(&app, test::TestRequest::delete().uri(&format!("/v1/responses/{id}"))).await;
     assert_eq!((status, deleted), (200, json!({"id": id, "object": "response", "deleted": true})));
@@ -301,6 +305,27 @@ async fn the_response_repeats_what_its_request_set() {
 }
 
 #[actix_web::test]
+async fn a_request_shaped_as_codex_sends_it_is_answered() {
+    // The fields Codex 0.x puts on every turn, `client_metadata` among them.
+    let (state, _) = started(TestServer::scripted(["Done."])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let body = json!({
+        "model": "scripted", "instructions": "You are Codex.", "tools": [], "tool_choice": "auto",
+        "parallel_tool_calls": false, "reasoning": null, "store": false, "stream": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "019a-thread",
+        "text": {"verbosity": "low"},
+        "client_metadata": {"x-codex-turn-id": "019a-turn", "x-codex-session-source": "exec"},
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]}],
+    });
+    let (status, response) = send(&app, post(body)).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["output"][0]["content"][0]["text"], "Done.");
+    let (status, answer) = send(&app, post(json!({"input": "x", "client_metadata": "a string"}))).await;
+    assert_eq!(status, 400);
+    assert!(message(&answer).contains("client_metadata"), "{answer}");
+}
+
+#[actix_web::test]
 async fn a_budget_cut_answer_is_incomplete_inside_and_out() {
     let long = "one two three four five six seven eight nine ten eleven twelve";
     let (state, _) = started(TestServer::scripted([long])).await;
@@ -317,7 +342,6 @@ async fn fields_it_cannot_honour_or_does_not_know_are_400s_naming_them() {
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     for (extra, said) in [
         (json!({"frobnicate": 1}), "unknown field `frobnicate`"),
-        (json!({"background": true}), "'background' is not supported by this server yet"),
         (json!({"conversation": "conv_1"}), "'conversation' is not supported by this server yet"),
         (json!({"prompt": {"id": "pmpt_1"}}), "'prompt' names a prompt template"),
         (json!({"max_tool_calls": 3}), "'max_tool_calls' is not supported"),
@@ -336,4 +360,82 @@ async fn fields_it_cannot_honour_or_does_not_know_are_400s_naming_them() {
     let (status, body) = send(&app, get("/v1/responses/resp_x?stream=true")).await;
     assert_eq!(status, 400);
     assert!(message(&body).contains("'stream' resumes the events of a background response"), "{body}");
+}
+
+/// An output the scripted model starts only after an hour: a turn that
+/// runs until something stops it.
+fn endless() -> ScriptedOutput {
+    ScriptedOutput { delay: std::time::Duration::from_secs(3600), ..ScriptedOutput::from("never") }
+}
+
+/// Polls `id` until its status is no longer `in_progress`.
+async fn settled(
+    app: &impl Service<actix_http::Request, Response = ServiceResponse, Error = actix_web::Error>,
+    id: &str,
+) -> Value {
+    loop {
+        let (status, response) = send(app, get(&format!("/v1/responses/{id}"))).await;
+        assert_eq!(status, 200, "{response}");
+        if response["status"] != "in_progress" {
+            return response;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[actix_web::test]
+async fn a_background_response_runs_on_is_polled_and_cancelled() {
+    let outputs = vec![ScriptedOutput::from("Done."), endless(), endless(), endless(), endless()];
+    let (state, _) = started(TestServer::scripted(outputs).max_detached_turns(2)).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let (status, accepted) = send(&app, post(json!({"input": "Go.", "background": true}))).await;
+    assert_eq!(status, 200, "{accepted}");
+    assert_eq!((accepted["status"].as_str(), accepted["background"].as_bool()), (Some("in_progress"), Some(true)));
+    let id = accepted["id"].as_str().unwrap();
+    let done = settled(&app, id).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"][0]["content"][0]["text"], "Done.");
+    assert_eq!(done["background"], true);
+
+    // A running one stops on cancel, and stays cancelled.
+    let (_, running) = send(&app, post(json!({"input": "Go on.", "background": true}))).await;
+    let running = running["id"].as_str().unwrap().to_string();
+    let cancel = |id: &str| test::TestRequest::post().uri(&format!("/v1/responses/{id}/cancel"));
+    let (status, cancelled) = send(&app, cancel(&running)).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")));
+    assert_eq!(settled(&app, &running).await["status"], "cancelled");
+    let (status, again) = send(&app, cancel(&running)).await;
+    assert_eq!((status, again["status"].as_str()), (200, Some("cancelled")));
+
+    // At the cap both run; one past it stops the oldest, with a sentence.
+    let (_, first) = send(&app, post(json!({"input": "One.", "background": true}))).await;
+    let (_, second) = send(&app, post(json!({"input": "Two.", "background": true}))).await;
+    assert_eq!(state.background.len(), 2);
+    let (status, third) = send(&app, post(json!({"input": "Three.", "background": true}))).await;
+    assert_eq!(status, 200, "{third}");
+    let first = settled(&app, first["id"].as_str().unwrap()).await;
+    assert_eq!(first["status"], "cancelled");
+    assert!(first["error"]["message"].as_str().unwrap().contains("more than 2 background responses"), "{first}");
+    assert_eq!(state.background.len(), 2);
+    for running in [&second, &third] {
+        let (status, _) = send(&app, cancel(running["id"].as_str().unwrap())).await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(state.background.len(), 0);
+
+    // Only a background response can be cancelled; an unknown one is a 404.
+    let (status, body) = send(&app, cancel(id)).await;
+    assert_eq!(status, 200, "a finished background response is answered as it is: {body}");
+    let (status, body) = send(&app, cancel("resp_nothing")).await;
+    assert_eq!((status, message(&body)), (404, "no stored response has the id 'resp_nothing'"));
+    for (extra, said) in [
+        (json!({"store": false}), "'background' needs 'store'"),
+        (json!({"stream": true}), "'background' with 'stream' is not supported yet"),
+    ] {
+        let mut body = json!({"input": "x", "background": true});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, answer) = send(&app, post(body)).await;
+        assert_eq!(status, 400, "{extra}");
+        assert!(message(&answer).starts_with(said), "{answer}");
+    }
 }

@@ -85,6 +85,7 @@ pub(crate) struct TestServer {
     admission: Admission,
     keep_alive: Duration,
     state: Option<PathBuf>,
+    max_detached_turns: usize,
 }
 
 /// A started test server.
@@ -134,6 +135,7 @@ impl TestServer {
             admission: Admission::default(),
             keep_alive: crate::http::webui::KEEP_ALIVE,
             state: None,
+            max_detached_turns: 4,
         }
     }
 
@@ -216,6 +218,12 @@ impl TestServer {
         self
     }
 
+    /// Background turns that may run at once (`--max-detached-turns`).
+    pub(crate) fn max_detached_turns(mut self, cap: usize) -> Self {
+        self.max_detached_turns = cap;
+        self
+    }
+
     pub(crate) fn keep_alive(mut self, keep_alive: Duration) -> Self {
         self.keep_alive = keep_alive;
         self
@@ -251,6 +259,7 @@ impl TestServer {
             keep_alive: self.keep_alive,
             started_at: 0,
             store,
+            max_detached_turns: self.max_detached_turns,
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

@@ -5,6 +5,7 @@ responses read back, paged, referenced and deleted through the SDK, their
 survival of `kill -9`, and bad input."""
 
 import subprocess
+import time
 
 import httpx
 import openai
@@ -105,7 +106,7 @@ def test_a_function_call_round_trip(client):
         ({"tools": [{"type": "function", "name": "w", "parameters": []}]}, "tools[0].parameters must be"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "refers to the item 'x', which no stored response"),
         ({"frobnicate": True}, "unknown field `frobnicate`"),
-        ({"background": True}, "'background' is not supported"),
+        ({"background": True, "store": False}, "'background' needs 'store'"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "reads text only"),
         ({"text": {"format": {"type": "yaml"}}}, "'text.format.type' must be"),
         ({"temperature": "hot"}, "'temperature' is invalid"),
@@ -229,3 +230,58 @@ def test_a_newer_or_damaged_store_stops_start_up_and_is_left_alone(tmp_path):
     )
     assert run.returncode != 0 and "is not a skillhost store" in run.stderr, run.stderr
     assert database.read_bytes() == before
+
+
+def _on_scripted(start_server, tmp_path, script, delay=0.0):
+    from scripted_upstream import ScriptedUpstream
+
+    upstream = ScriptedUpstream(script, delay=delay)
+    args = ["--upstream", f"{upstream.url},mode=chat", "--state-dir", str(tmp_path / "state")]
+    server = start_server(*args)
+    sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    return upstream, server, sdk, args, sdk.models.list().data[0].id
+
+
+def _settled(sdk, response_id):
+    while True:
+        response = sdk.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.05)
+
+
+def test_a_background_response_runs_with_no_client_and_can_be_cancelled(start_server, tmp_path):
+    from scripted_upstream import say
+
+    story = " ".join(f"word{n}" for n in range(400))
+    answers = iter(["Done.", story])
+    upstream, _, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(next(answers)), delay=0.05)
+    try:
+        made = sdk.responses.create(model=model, input="Go.", background=True)
+        assert made.background is True and made.status in ("queued", "in_progress")
+        done = _settled(sdk, made.id)
+        assert (done.status, done.output_text) == ("completed", "Done.")
+        # The story takes 20 s to write: the cancel comes long before it ends.
+        running = sdk.responses.create(model=model, input="Tell a story.", background=True)
+        cancelled = sdk.responses.cancel(running.id)
+        assert cancelled.status == "cancelled"
+        assert sdk.responses.retrieve(running.id).status == "cancelled"
+    finally:
+        upstream.close()
+
+
+def test_a_background_response_cut_by_kill_9_says_the_server_stopped(start_server, tmp_path):
+    from scripted_upstream import say
+
+    story = " ".join(f"word{n}" for n in range(400))
+    upstream, server, sdk, args, model = _on_scripted(start_server, tmp_path, lambda body: say(story), delay=0.05)
+    try:
+        running = sdk.responses.create(model=model, input="Tell a story.", background=True)
+        server.kill()
+        again = start_server(*args)
+        sdk = openai.OpenAI(base_url=again.url + "/v1", api_key="unused")
+        failed = sdk.responses.retrieve(running.id)
+        assert failed.status == "failed", failed
+        assert "the server stopped" in failed.error.message
+    finally:
+        upstream.close()

@@ -145,6 +145,10 @@ impl Store {
         prepare(&conn, &path)?;
         let store =
             Store { conn: Arc::new(Mutex::new(conn)), path, retention, _lock: Arc::new(lock), _temporary: None };
+        let failed = store.run_here(|conn| responses::fail_interrupted(conn))?;
+        if failed > 0 {
+            tracing::warn!(failed, "responses that were running when the server last stopped are marked failed");
+        }
         let dropped = store.run_here(|conn| retain(conn, retention, unix_now()))?;
         if dropped > 0 {
             tracing::info!(dropped, "the store dropped what it keeps no longer (--state-max-age, --state-max-bytes)");

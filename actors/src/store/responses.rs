@@ -94,6 +94,41 @@ fn items(conn: &Connection, id: &str, side: i64) -> Result<Vec<Value>, StoreErro
     Ok(items)
 }
 
+/// Sets the status of response `id` (and of its object, with `error` and
+/// `completed_at`), whoever owns it; `false` when there is none.
+pub fn set_status(
+    conn: &Connection,
+    id: &str,
+    status: &str,
+    error: Option<&Value>,
+    completed_at: Option<u64>,
+) -> Result<bool, StoreError> {
+    let error = serde_json::to_string(&error.cloned().unwrap_or(Value::Null))?;
+    let changed = conn.execute(
+        "UPDATE responses SET status = ?2,
+         body = json_set(body, '$.status', ?2, '$.error', json(?3), '$.completed_at', ?4) WHERE id = ?1",
+        params![id, status, error, completed_at.map(|t| t as i64)],
+    )?;
+    Ok(changed > 0)
+}
+
+/// What the server says of a response that was running when it stopped.
+pub const INTERRUPTED: &str =
+    "the server stopped (it was restarted or it crashed) while this response was running; nothing after that point was kept";
+
+/// Marks every response that was still queued or running as failed, with
+/// [`INTERRUPTED`]: at start-up nothing runs yet, so those were cut by the
+/// end of the process before. Returns how many.
+pub fn fail_interrupted(conn: &Connection) -> Result<usize, StoreError> {
+    let error = serde_json::json!({"code": "server_error", "message": INTERRUPTED}).to_string();
+    Ok(conn.execute(
+        "UPDATE responses SET status = 'failed',
+         body = json_set(body, '$.status', 'failed', '$.error', json(?1))
+         WHERE status IN ('queued', 'in_progress')",
+        params![error],
+    )?)
+}
+
 /// The stored response object, with its output, if `owner` has one of `id`.
 pub fn get(conn: &Connection, owner: &str, id: &str) -> Result<Option<Value>, StoreError> {
     let body: Option<String> = conn
@@ -287,6 +322,26 @@ mod tests {
             assert_eq!(crate::store::retain(conn, at, 2000)?, 0);
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_running_response_is_failed_with_a_sentence_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), Retention::default()).unwrap();
+            let mut running = record("r1", "a", None, "x", "");
+            (running.created_at, running.status) = (unix_now(), "in_progress".into());
+            running.body["status"] = "in_progress".into();
+            let mut done = record("r2", "a", None, "x", "y");
+            done.created_at = unix_now();
+            store.run_here(|conn| put(conn, &running).and_then(|()| put(conn, &done))).unwrap();
+        }
+        let store = Store::open(dir.path(), Retention::default()).unwrap();
+        let (running, done) =
+            store.run_here(|conn| Ok((get(conn, "a", "r1")?.unwrap(), get(conn, "a", "r2")?.unwrap()))).unwrap();
+        assert_eq!(running["status"], "failed");
+        assert_eq!(running["error"]["message"], INTERRUPTED);
+        assert_eq!(done["status"], "completed", "a finished response is left alone");
     }
 
     #[test]
