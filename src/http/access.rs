@@ -82,6 +82,8 @@ fn starts_work(method: &Method, path: &str) -> bool {
 fn takes_json(method: &Method, path: &str) -> bool {
     starts_work(method, path)
         || (*method == Method::POST && matches!(path, "/ollama/api/show" | "/v1/messages/count_tokens"))
+        // Creating a conversation, adding items, changing its metadata.
+        || (*method == Method::POST && path.starts_with("/v1/conversations"))
 }
 
 /// The error shape of the surface a path belongs to.

@@ -7,6 +7,7 @@ pub mod artifacts;
 pub mod background;
 pub mod body;
 pub mod chat;
+pub mod conversations_api;
 pub mod error;
 pub mod metrics;
 pub mod ollama;
@@ -76,6 +77,30 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/v1/responses/{id}/input_items")
                 .route(web::get().to(responses::input_items_list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/conversations")
+                .route(web::post().to(conversations_api::create))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/conversations/{id}")
+                .route(web::get().to(conversations_api::retrieve))
+                .route(web::post().to(conversations_api::update))
+                .route(web::delete().to(conversations_api::delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/conversations/{id}/items")
+                .route(web::get().to(conversations_api::list_items))
+                .route(web::post().to(conversations_api::add_items))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/conversations/{id}/items/{item}")
+                .route(web::get().to(conversations_api::item))
+                .route(web::delete().to(conversations_api::delete_item))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
@@ -222,5 +247,7 @@ mod governance_tests;
 #[cfg(test)]
 mod forced_call_tests;
 
+#[cfg(test)]
+mod conversations_tests;
 #[cfg(test)]
 mod responses_tests;

@@ -17,7 +17,8 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use skillhost_actors::request::Surface;
-use skillhost_actors::store::responses::{self as stored, ResponseRecord};
+use skillhost_actors::store::conversations;
+use skillhost_actors::store::responses::{self as stored, Appended, ResponseRecord};
 use skillhost_actors::store::unix_now;
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{schema_limits, Timings, ToolCall};
@@ -112,8 +113,11 @@ impl ResponsesRequest {
                 );
             }
         }
-        if self.conversation.is_some() {
-            return unsupported("conversation", "is not supported by this server yet; use previous_response_id");
+        if self.conversation.is_some() && self.previous_response_id.is_some() {
+            return unsupported(
+                "conversation",
+                "and 'previous_response_id' cannot both be set: a turn continues a conversation or a response",
+            );
         }
         if self.prompt.is_some() {
             return unsupported("prompt", "names a prompt template stored at OpenAI; send 'instructions' and 'input'");
@@ -135,7 +139,25 @@ impl ResponsesRequest {
     }
 }
 
-fn new_id(prefix: &str) -> String {
+impl ResponsesRequest {
+    /// The id `conversation` names: a string, or `{"id": …}`.
+    fn conversation_id(&self) -> Result<Option<String>, ApiError> {
+        let bad = |got: &Value| {
+            ApiError::bad_param("conversation", format!("'conversation' must be an id or {{\"id\": …}}, got {got}"))
+        };
+        match &self.conversation {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(id)) => Ok(Some(id.clone())),
+            Some(Value::Object(fields)) => match fields.get("id") {
+                Some(Value::String(id)) if fields.len() == 1 => Ok(Some(id.clone())),
+                _ => Err(bad(self.conversation.as_ref().unwrap_or(&Value::Null))),
+            },
+            Some(other) => Err(bad(other)),
+        }
+    }
+}
+
+pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
 }
 
@@ -183,10 +205,10 @@ fn text_message(role: &str, text: String) -> WireMessage {
 
 /// Input items as chat messages; consecutive function calls become one
 /// assistant turn.
-fn messages_from_items(items: &[Value]) -> Result<Vec<WireMessage>, ApiError> {
+pub(crate) fn messages_from_items(items: &[Value], field: &str) -> Result<Vec<WireMessage>, ApiError> {
     let mut messages: Vec<WireMessage> = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        let at = format!("input[{index}]");
+        let at = format!("{field}[{index}]");
         let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
         match kind {
             "message" => {
@@ -383,7 +405,7 @@ fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiE
 
 /// An input item as it is stored: with an `id` (made here when the client
 /// sent none, as OpenAI does) and a message's text as a list of parts.
-fn stored_item(mut item: Value) -> Value {
+pub(crate) fn stored_item(mut item: Value) -> Value {
     let Some(fields) = item.as_object_mut() else { return item };
     let kind = fields.get("type").and_then(Value::as_str).unwrap_or("message").to_string();
     if kind == "message" {
@@ -415,16 +437,15 @@ async fn resolve(
     state: &AppState,
     owner: &str,
     previous: Option<&str>,
+    conversation: Option<&str>,
     input: Vec<Value>,
 ) -> Result<(Vec<Value>, Vec<Value>), ApiError> {
+    // Another replica's response or conversation is in that replica's store.
     if let Some(id) = previous {
-        // Another replica's response is in that replica's store.
-        if let Some(replica) = skillhost_actors::replica::elsewhere(id) {
-            return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(
-                &format!("response {id}"),
-                replica,
-            )));
-        }
+        owned_id(id)?;
+    }
+    if let Some(id) = conversation {
+        owned_id(id)?;
     }
     let references: Vec<(usize, String)> = input
         .iter()
@@ -432,17 +453,19 @@ async fn resolve(
         .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("item_reference"))
         .map(|(n, item)| (n, item.get("id").and_then(Value::as_str).unwrap_or_default().to_string()))
         .collect();
-    if previous.is_none() && references.is_empty() {
+    if previous.is_none() && conversation.is_none() && references.is_empty() {
         return Ok((Vec::new(), input.into_iter().map(stored_item).collect()));
     }
-    let (owner, previous_id) = (owner.to_string(), previous.map(str::to_string));
+    let (owner, previous_id, conversation_id) =
+        (owner.to_string(), previous.map(str::to_string), conversation.map(str::to_string));
     let wanted: Vec<String> = references.iter().map(|(_, id)| id.clone()).collect();
     let (context, found) = state
         .store
         .run(move |conn| {
-            let context = match &previous_id {
-                Some(id) => stored::context(conn, &owner, id)?,
-                None => Some(Vec::new()),
+            let context = match (&previous_id, &conversation_id) {
+                (Some(id), _) => stored::context(conn, &owner, id)?,
+                (None, Some(id)) => conversations::items(conn, &owner, id)?,
+                (None, None) => Some(Vec::new()),
             };
             let mut found = Vec::new();
             for id in &wanted {
@@ -453,6 +476,9 @@ async fn resolve(
         .await
         .map_err(store_failed)?;
     let Some(context) = context else {
+        if let Some(id) = conversation {
+            return Err(no_conversation(id));
+        }
         let id = previous.unwrap_or_default();
         return Err(ApiError::bad_param(
             "previous_response_id",
@@ -475,8 +501,12 @@ async fn resolve(
     Ok((context, input.into_iter().map(stored_item).collect()))
 }
 
+pub(crate) fn no_conversation(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no conversation has the id '{id}' (it was never made, was deleted, or expired)"))
+}
+
 /// The store failed under a request: a server fault, said plainly.
-fn store_failed(err: skillhost_actors::store::StoreError) -> ApiError {
+pub(crate) fn store_failed(err: skillhost_actors::store::StoreError) -> ApiError {
     tracing::error!("the store failed: {err}");
     ApiError::Internal(format!("the server's store failed: {err}"))
 }
@@ -497,7 +527,7 @@ fn translate(
     if let Some(instructions) = request.instructions.filter(|text| !text.is_empty()) {
         messages.push(text_message("system", instructions));
     }
-    messages.extend(messages_from_items(&items)?);
+    messages.extend(messages_from_items(&items, "input")?);
     let (tools, namespaced) = match request.tools {
         None => (None, Namespaced::new()),
         Some(tools) => {
@@ -665,6 +695,8 @@ struct Draft {
     input: Vec<Value>,
     store: bool,
     previous_response_id: Option<String>,
+    /// The conversation the turn continues and adds its items to.
+    conversation: Option<String>,
     echo: Echo,
     namespaced: Namespaced,
     output: Vec<Value>,
@@ -698,6 +730,7 @@ impl Draft {
             "output": self.output,
             "parallel_tool_calls": echo.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
+            "conversation": self.conversation.as_ref().map(|id| json!({"id": id})),
             "reasoning": echo.reasoning,
             "store": self.store,
             "temperature": echo.temperature,
@@ -731,29 +764,42 @@ impl Draft {
         self.response(Some(End { finish: done.finish, usage: &done.usage, timings: &done.timings }))
     }
 
-    /// Stores the finished `response` (when the request asked for it) and
-    /// returns it; a failed write is logged and the answer says `store:
-    /// false`, since a follow-up could not find it.
+    /// Stores `response` (when the request asked for it) and, once it has
+    /// ended, adds the turn's items to its conversation; returns it. A
+    /// failed write is logged and the answer says `store: false`, since a
+    /// follow-up could not find it.
     async fn keep(self, app: &AppState, mut response: Value) -> Value {
-        if !self.store {
+        let ended = response["status"] != "in_progress";
+        let appended = self.conversation.filter(|_| ended).map(|conversation| Appended {
+            owner: self.owner.clone(),
+            conversation,
+            items: self.input.iter().chain(&self.output).cloned().collect(),
+        });
+        if !self.store && appended.is_none() {
             return response;
         }
-        // The output is stored as items; the object keeps its place.
-        let mut body = response.clone();
-        body["output"] = json!([]);
-        let record = ResponseRecord {
-            id: self.id,
-            owner: self.owner,
-            previous_id: self.previous_response_id,
-            created_at: self.created_at,
-            status: response["status"].as_str().unwrap_or_default().to_string(),
-            body,
-            input: self.input,
-            output: self.output,
-        };
-        if let Err(err) = app.store.put_response(record).await {
-            tracing::error!("a response was not stored: {err}");
-            response["store"] = json!(false);
+        let record = self.store.then(|| {
+            // The output is stored as items; the object keeps its place.
+            let mut body = response.clone();
+            body["output"] = json!([]);
+            ResponseRecord {
+                id: self.id,
+                owner: self.owner,
+                previous_id: self.previous_response_id,
+                created_at: self.created_at,
+                status: response["status"].as_str().unwrap_or_default().to_string(),
+                body,
+                input: self.input,
+                output: self.output,
+            }
+        });
+        match app.store.put_turn(record, appended).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!("a turn ended after its conversation was deleted; its items were not added"),
+            Err(err) => {
+                tracing::error!("a response was not stored: {err}");
+                response["store"] = json!(false);
+            }
         }
         response
     }
@@ -820,7 +866,9 @@ async fn serve(
     wire.refuse_unsupported()?;
     let owner = Caller::of(request);
     let given = input_items(wire.input.take())?;
-    let (context, input) = resolve(state, &owner, wire.previous_response_id.as_deref(), given).await?;
+    let conversation = wire.conversation_id()?;
+    let (context, input) =
+        resolve(state, &owner, wire.previous_response_id.as_deref(), conversation.as_deref(), given).await?;
     let echo = Echo::of(&wire);
     let store = wire.store.unwrap_or(true);
     let previous_response_id = wire.previous_response_id.clone();
@@ -835,6 +883,7 @@ async fn serve(
         input,
         store,
         previous_response_id,
+        conversation,
         echo,
         namespaced,
         output: Vec::new(),
@@ -948,7 +997,7 @@ async fn stored_response(state: &AppState, owner: String, id: &str) -> Result<Op
 }
 
 /// `id` as a path names it, refused when another replica made it.
-fn owned_id(id: &str) -> Result<&str, ApiError> {
+pub(crate) fn owned_id(id: &str) -> Result<&str, ApiError> {
     match skillhost_actors::replica::elsewhere(id) {
         Some(replica) => {
             Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&format!("response {id}"), replica)))
@@ -976,7 +1025,7 @@ fn query_names(request: &HttpRequest) -> Vec<String> {
 }
 
 /// Refuses a query parameter outside `known`, naming it.
-fn refuse_unknown_query(request: &HttpRequest, known: &[&str]) -> Result<(), ApiError> {
+pub(crate) fn refuse_unknown_query(request: &HttpRequest, known: &[&str]) -> Result<(), ApiError> {
     match query_names(request).into_iter().find(|name| !known.contains(&name.as_str())) {
         Some(name) => Err(ApiError::bad_param(
             &name,
@@ -988,14 +1037,14 @@ fn refuse_unknown_query(request: &HttpRequest, known: &[&str]) -> Result<(), Api
 
 /// The query of the stored-response routes.
 #[derive(Debug, Default, Deserialize)]
-struct StoredQuery {
+pub(crate) struct StoredQuery {
     stream: Option<bool>,
     after: Option<String>,
     limit: Option<usize>,
     order: Option<String>,
 }
 
-fn stored_query(request: &HttpRequest, known: &[&str]) -> Result<StoredQuery, ApiError> {
+pub(crate) fn stored_query(request: &HttpRequest, known: &[&str]) -> Result<StoredQuery, ApiError> {
     refuse_unknown_query(request, known)?;
     // `include[]` repeats; it says what to add, and everything is there.
     let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(request.query_string())
@@ -1072,55 +1121,74 @@ pub async fn input_items_list(
     request: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
-    let query = stored_query(&request, &["after", "limit", "order", "include"])?;
-    let limit = query.limit.unwrap_or(DEFAULT_ITEMS_PAGE);
-    if !(1..=MAX_ITEMS_PAGE).contains(&limit) {
-        return Err(ApiError::bad_param(
-            "limit",
-            format!("'limit' must be between 1 and {MAX_ITEMS_PAGE}, got {limit}"),
-        )
-        .into());
-    }
-    let newest_first = match query.order.as_deref() {
-        None | Some("desc") => true,
-        Some("asc") => false,
-        Some(other) => {
-            return Err(ApiError::bad_param("order", format!("'order' must be asc or desc, got '{other}'")).into())
-        }
-    };
+    let page = Page::asked(&stored_query(&request, &["after", "limit", "order", "include"])?)?;
     let id = owned_id(&id)?.to_string();
     let owner = Caller::of(&request);
     let found = state.store.run({
         let id = id.clone();
         move |conn| stored::input_items(conn, &owner, &id)
     });
-    let Some(mut items) = found.await.map_err(store_failed)? else { return Err(no_response(&id).into()) };
-    if newest_first {
-        items.reverse();
-    }
-    let item_id = |item: &Value| item.get("id").and_then(Value::as_str).map(str::to_string);
-    let from = match &query.after {
-        None => 0,
-        Some(after) => match items.iter().position(|item| item_id(item).as_deref() == Some(after)) {
-            Some(at) => at + 1,
-            None => {
-                return Err(ApiError::bad_param(
-                    "after",
-                    format!("'after' names the item '{after}', which is not an input item of {id}"),
-                )
-                .into())
+    let Some(items) = found.await.map_err(store_failed)? else { return Err(no_response(&id).into()) };
+    Ok(HttpResponse::Ok().json(page.of(items, &format!("an input item of {id}"))?))
+}
+
+/// A page of a list of items, as a list route's query asks for it.
+pub(crate) struct Page {
+    after: Option<String>,
+    limit: usize,
+    newest_first: bool,
+}
+
+impl Page {
+    /// `limit` (1 to [`MAX_ITEMS_PAGE`], default [`DEFAULT_ITEMS_PAGE`]),
+    /// `order` (`desc`, the default, or `asc`) and `after` (an item id).
+    pub(crate) fn asked(query: &StoredQuery) -> Result<Page, ApiError> {
+        let limit = query.limit.unwrap_or(DEFAULT_ITEMS_PAGE);
+        if !(1..=MAX_ITEMS_PAGE).contains(&limit) {
+            return Err(ApiError::bad_param(
+                "limit",
+                format!("'limit' must be between 1 and {MAX_ITEMS_PAGE}, got {limit}"),
+            ));
+        }
+        let newest_first = match query.order.as_deref() {
+            None | Some("desc") => true,
+            Some("asc") => false,
+            Some(other) => {
+                return Err(ApiError::bad_param("order", format!("'order' must be asc or desc, got '{other}'")))
             }
-        },
-    };
-    let has_more = items.len() > from + limit;
-    let page: Vec<Value> = items.into_iter().skip(from).take(limit).collect();
-    Ok(HttpResponse::Ok().json(json!({
-        "object": "list",
-        "data": page,
-        "first_id": page.first().and_then(item_id),
-        "last_id": page.last().and_then(item_id),
-        "has_more": has_more,
-    })))
+        };
+        Ok(Page { after: query.after.clone(), limit, newest_first })
+    }
+
+    /// The page of `items` (oldest first) as the list object; `what` says
+    /// what `after` should have named, for the error when it names nothing.
+    pub(crate) fn of(&self, mut items: Vec<Value>, what: &str) -> Result<Value, ApiError> {
+        if self.newest_first {
+            items.reverse();
+        }
+        let item_id = |item: &Value| item.get("id").and_then(Value::as_str).map(str::to_string);
+        let from = match &self.after {
+            None => 0,
+            Some(after) => match items.iter().position(|item| item_id(item).as_deref() == Some(after)) {
+                Some(at) => at + 1,
+                None => {
+                    return Err(ApiError::bad_param(
+                        "after",
+                        format!("'after' names the item '{after}', which is not {what}"),
+                    ))
+                }
+            },
+        };
+        let has_more = items.len() > from + self.limit;
+        let page: Vec<Value> = items.into_iter().skip(from).take(self.limit).collect();
+        Ok(json!({
+            "object": "list",
+            "data": page,
+            "first_id": page.first().and_then(item_id),
+            "last_id": page.last().and_then(item_id),
+            "has_more": has_more,
+        }))
+    }
 }
 
 /// The open output item on the stream: a message or a reasoning item.
@@ -1372,7 +1440,7 @@ mod tests {
             json!({"type": "reasoning", "summary": []}),
             json!({"type": "function_call_output", "call_id": "c1", "output": "sunny"}),
         ];
-        let messages = messages_from_items(&items).unwrap();
+        let messages = messages_from_items(&items, "input").unwrap();
         let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool"]);
         assert_eq!(messages[2].tool_calls.as_ref().map(Vec::len), Some(2));

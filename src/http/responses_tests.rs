@@ -23,7 +23,7 @@ async fn started(server: TestServer) -> (web::Data<AppState>, Arc<ScriptedBacken
     (running.state, running.backend.unwrap())
 }
 
-async fn send(
+pub(super) async fn send(
     app: &impl Service<actix_http::Request, Response = ServiceResponse, Error = actix_web::Error>,
     request: test::TestRequest,
 ) -> (u16, Value) {
@@ -37,11 +37,11 @@ fn post(body: Value) -> test::TestRequest {
     test::TestRequest::post().uri("/v1/responses").set_json(body)
 }
 
-fn get(uri: &str) -> test::TestRequest {
+pub(super) fn get(uri: &str) -> test::TestRequest {
     test::TestRequest::get().uri(uri)
 }
 
-fn message(body: &Value) -> &str {
+pub(super) fn message(body: &Value) -> &str {
     body["error"]["message"].as_str().unwrap_or_default()
 }
 
@@ -342,7 +342,6 @@ async fn fields_it_cannot_honour_or_does_not_know_are_400s_naming_them() {
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     for (extra, said) in [
         (json!({"frobnicate": 1}), "unknown field `frobnicate`"),
-        (json!({"conversation": "conv_1"}), "'conversation' is not supported by this server yet"),
         (json!({"prompt": {"id": "pmpt_1"}}), "'prompt' names a prompt template"),
         (json!({"max_tool_calls": 3}), "'max_tool_calls' is not supported"),
         (json!({"top_logprobs": 2}), "'top_logprobs' must be 0"),

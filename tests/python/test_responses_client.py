@@ -285,3 +285,82 @@ def test_a_background_response_cut_by_kill_9_says_the_server_stopped(start_serve
         assert "the server stopped" in failed.error.message
     finally:
         upstream.close()
+
+
+def _text(item):
+    content = item.content if hasattr(item, "content") else item["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.text if hasattr(part, "text") else part["text"] for part in content)
+
+
+def test_a_conversation_is_kept_continued_and_deleted_through_the_sdk(start_server, tmp_path):
+    from scripted_upstream import say, text_of
+
+    answers = iter(["Paris.", "Rome."])
+    upstream, server, sdk, args, model = _on_scripted(start_server, tmp_path, lambda body: say(next(answers)))
+    try:
+        made = sdk.conversations.create(items=[{"type": "message", "role": "user", "content": "I like capitals."}],
+                                        metadata={"topic": "geography"})
+        assert made.id.startswith("conv_") and made.metadata == {"topic": "geography"}
+        first = sdk.responses.create(model=model, conversation=made.id, input="France?")
+        assert first.output_text == "Paris."
+        second = sdk.responses.create(model=model, conversation={"id": made.id}, input="Italy?")
+        assert second.output_text == "Rome."
+        said = [text_of(message) for message in upstream.requests[-1]["messages"]]
+        assert {"I like capitals.", "France?", "Paris.", "Italy?"} <= set(said), said
+
+        # After kill -9 the conversation is still there, item by item.
+        server.kill()
+        again = start_server(*args)
+        sdk = openai.OpenAI(base_url=again.url + "/v1", api_key="unused")
+        items = list(sdk.conversations.items.list(made.id, order="asc"))
+        assert [_text(item) for item in items] == ["I like capitals.", "France?", "Paris.", "Italy?", "Rome."]
+        assert sdk.conversations.retrieve(made.id).metadata == {"topic": "geography"}
+        updated = sdk.conversations.update(made.id, metadata={"topic": "done"})
+        assert updated.metadata == {"topic": "done"}
+        added = sdk.conversations.items.create(made.id, items=[{"type": "message", "role": "user", "content": "Bye."}])
+        assert [_text(item) for item in added.data] == ["Bye."]
+        assert sdk.conversations.items.retrieve(added.data[0].id, conversation_id=made.id).role == "user"
+        sdk.conversations.items.delete(added.data[0].id, conversation_id=made.id)
+        deleted = sdk.conversations.delete(made.id)
+        assert deleted.deleted is True
+        with pytest.raises(openai.NotFoundError):
+            sdk.conversations.retrieve(made.id)
+    finally:
+        upstream.close()
+
+
+def test_the_agents_sdk_keeps_its_session_in_a_server_conversation(start_server, tmp_path, monkeypatch):
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from agents.memory import OpenAIConversationsSession
+    from scripted_upstream import say, text_of
+
+    # Traces would go to OpenAI's servers: nothing leaves 127.0.0.1.
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    set_tracing_disabled(True)
+    answers = iter(["Hello, Ada.", "Your name is Ada."])
+    upstream, server, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(next(answers)))
+
+    async def two_turns():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused")
+        agent = Agent(name="helper", instructions="Be brief.",
+                      model=OpenAIResponsesModel(model=model, openai_client=client))
+        session = OpenAIConversationsSession(openai_client=client)
+        first = await Runner.run(agent, "My name is Ada.", session=session)
+        second = await Runner.run(agent, "What is my name?", session=session)
+        return session.session_id, first.final_output, second.final_output
+
+    try:
+        conversation, first, second = asyncio.run(two_turns())
+        assert (first, second) == ("Hello, Ada.", "Your name is Ada.")
+        # The second turn's prompt held the first, read back from the server.
+        said = [text_of(message) for message in upstream.requests[-1]["messages"]]
+        assert "My name is Ada." in said and "Hello, Ada." in said, said
+        items = list(sdk.conversations.items.list(conversation, order="asc"))
+        texts = [_text(item) for item in items]
+        assert texts == ["My name is Ada.", "Hello, Ada.", "What is my name?", "Your name is Ada."], texts
+    finally:
+        upstream.close()

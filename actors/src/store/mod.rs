@@ -16,13 +16,14 @@
 //! SQLite is blocking; every call from async code goes through
 //! [`Store::run`], which runs it on tokio's blocking pool.
 
+pub mod conversations;
 pub mod responses;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 /// The file inside the state folder.
 pub const STORE_FILE: &str = "state.db";
@@ -57,6 +58,24 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX response_items_by_id ON response_items(item_id);
     CREATE INDEX responses_by_owner ON responses(owner, created_at);",
+    // 2: conversations of OpenAI's Conversations API, their items in order.
+    // `touched_at` moves with every change, and retention goes by it.
+    "CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        touched_at INTEGER NOT NULL,
+        metadata TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE conversation_items (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        item_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, position)
+    ) STRICT;
+    CREATE INDEX conversation_items_by_id ON conversation_items(item_id);
+    CREATE INDEX conversations_by_owner ON conversations(owner, touched_at);",
 ];
 
 /// The version this build writes.
@@ -242,19 +261,29 @@ pub fn live_bytes(conn: &Connection) -> Result<u64, StoreError> {
     Ok(((pages - free).max(0) * size) as u64)
 }
 
-/// Applies `retention` at `now`: every record older than its age limit
-/// goes, then the oldest until the live pages fit the byte limit. Returns
-/// how many records went.
+/// Applies `retention` at `now`: every record (a response, or a
+/// conversation with its items) untouched for longer than the age limit
+/// goes, then the oldest of either kind until the live pages fit the byte
+/// limit. Returns how many records went.
 pub fn retain(conn: &mut Connection, retention: Retention, now: u64) -> Result<usize, StoreError> {
     let cutoff = now.saturating_sub(retention.max_age.as_secs()) as i64;
     let mut dropped = conn.execute("DELETE FROM responses WHERE created_at < ?1", [cutoff])?;
+    dropped += conn.execute("DELETE FROM conversations WHERE touched_at < ?1", [cutoff])?;
     while live_bytes(conn)? > retention.max_bytes {
-        // A tenth of what is left at a time (at least one), oldest first.
-        let gone = conn.execute(
-            "DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY created_at, rowid
-             LIMIT max(1, (SELECT count(*) FROM responses) / 10))",
-            [],
-        )?;
+        // A tenth of what is left at a time (at least one), oldest first:
+        // everything as old as the tenth-oldest record goes.
+        let threshold: Option<i64> = conn
+            .query_row(
+                "SELECT t FROM (SELECT created_at AS t FROM responses UNION ALL SELECT touched_at FROM conversations)
+                 ORDER BY t LIMIT 1 OFFSET max(0, ((SELECT count(*) FROM responses)
+                     + (SELECT count(*) FROM conversations)) / 10 - 1)",
+                [],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let Some(threshold) = threshold else { break };
+        let gone = conn.execute("DELETE FROM responses WHERE created_at <= ?1", [threshold])?
+            + conn.execute("DELETE FROM conversations WHERE touched_at <= ?1", [threshold])?;
         if gone == 0 {
             break;
         }
@@ -375,6 +404,27 @@ mod tests {
             Store::open(dir.path(), Retention::default()).unwrap();
             assert_eq!(version(dir.path()), SCHEMA_VERSION, "from version {from}");
         }
+    }
+
+    #[test]
+    fn a_version_1_store_keeps_its_responses_when_it_gains_conversations() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(STORE_FILE)).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;
+                 INSERT INTO responses (id, owner, created_at, status, body)
+                 VALUES ('resp_old', 'o', {}, 'completed', '{{\"id\": \"resp_old\"}}');",
+                unix_now()
+            ))
+            .unwrap();
+        }
+        let store = Store::open(dir.path(), Retention::default()).unwrap();
+        let kept = store.run_here(|conn| responses::get(conn, "o", "resp_old")).unwrap();
+        assert_eq!(kept.unwrap()["id"], "resp_old");
+        let none = store.run_here(|conn| conversations::get(conn, "o", "conv_x")).unwrap();
+        assert_eq!(none, None);
     }
 
     #[test]

@@ -11,18 +11,39 @@ use serde_json::Value;
 use super::{live_bytes, retain, unix_now, Store, StoreError};
 
 impl Store {
-    /// Stores `record`; past the byte limit, the oldest records go.
-    pub async fn put_response(&self, record: ResponseRecord) -> Result<(), StoreError> {
+    /// Writes what a finished turn keeps: its response `record` (when the
+    /// request asked to store it) and the items it adds to a conversation
+    /// (when it named one). Past the byte limit, the oldest records go.
+    /// `Ok(false)` when the conversation is gone (deleted mid-turn).
+    pub async fn put_turn(
+        &self,
+        record: Option<ResponseRecord>,
+        appended: Option<Appended>,
+    ) -> Result<bool, StoreError> {
         let retention = self.retention();
         self.run(move |conn| {
-            put(conn, &record)?;
+            if let Some(record) = &record {
+                put(conn, record)?;
+            }
+            let mut found = true;
+            if let Some(turn) = &appended {
+                found = super::conversations::append(conn, &turn.owner, &turn.conversation, &turn.items, unix_now())?;
+            }
             if live_bytes(conn)? > retention.max_bytes {
                 retain(conn, retention, unix_now())?;
             }
-            Ok(())
+            Ok(found)
         })
         .await
     }
+}
+
+/// The items a turn adds to `owner`'s conversation: its input, then its output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    pub owner: String,
+    pub conversation: String,
+    pub items: Vec<Value>,
 }
 
 /// What one stored response is made of.
@@ -189,7 +210,8 @@ pub fn context(conn: &Connection, owner: &str, id: &str) -> Result<Option<Vec<Va
     Ok(Some(context))
 }
 
-/// The newest stored item of `owner` with the id `item`, input or output.
+/// The newest stored item of `owner` with the id `item`, input or output
+/// of a response, or else an item of one of its conversations.
 pub fn item(conn: &Connection, owner: &str, item: &str) -> Result<Option<Value>, StoreError> {
     let body: Option<String> = conn
         .query_row(
@@ -199,7 +221,11 @@ pub fn item(conn: &Connection, owner: &str, item: &str) -> Result<Option<Value>,
             |row| row.get(0),
         )
         .optional()?;
-    body.map(|body| serde_json::from_str(&body)).transpose().map_err(Into::into)
+    match body {
+        Some(body) => Ok(Some(serde_json::from_str(&body)?)),
+        // Items a client added to a conversation are referenced the same way.
+        None => super::conversations::any_item(conn, owner, item),
+    }
 }
 
 #[cfg(test)]
