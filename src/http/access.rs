@@ -81,7 +81,7 @@ fn starts_work(method: &Method, path: &str) -> bool {
 /// `no-cors` fetch can only send form or text types).
 fn takes_json(method: &Method, path: &str) -> bool {
     starts_work(method, path)
-        || (*method == Method::POST && matches!(path, "/ollama/api/show" | "/v1/messages/count_tokens"))
+        || (*method == Method::POST && matches!(path, "/ollama/api/show" | "/v1/messages/count_tokens" | "/v1/responses/input_tokens"))
         // Creating a conversation, adding items, changing its metadata.
         || (*method == Method::POST && path.starts_with("/v1/conversations"))
 }

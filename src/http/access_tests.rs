@@ -91,6 +91,7 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("POST", "/chat/completions", json(&chat), Need::User),
         ("POST", "/v1/messages", json(&chat), Need::User),
         ("POST", "/v1/responses", json(br#"{"input": "hi", "max_output_tokens": 4}"#), Need::User),
+        ("POST", "/v1/responses/input_tokens", json(br#"{"input": "hi"}"#), Need::User),
         ("GET", "/v1/responses/resp_x", None, Need::User),
         ("DELETE", "/v1/responses/resp_x", None, Need::User),
         ("GET", "/v1/responses/resp_x/input_items", None, Need::User),

@@ -64,6 +64,12 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            // Before `/v1/responses/{id}`, which would take the path first.
+            web::resource("/v1/responses/input_tokens")
+                .route(web::post().to(responses::input_tokens))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/v1/responses/{id}")
                 .route(web::get().to(responses::retrieve))
                 .route(web::delete().to(responses::delete))

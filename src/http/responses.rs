@@ -42,7 +42,7 @@ pub const DEFAULT_ITEMS_PAGE: usize = 20;
 /// The body of `POST /v1/responses`: every field OpenAI defines is named
 /// (and Codex's `client_metadata`), so one this server does not know is a
 /// 400 that names it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResponsesRequest {
     model: Option<String>,
@@ -965,6 +965,61 @@ fn failed_code(err: &ApiError) -> &'static str {
         ApiError::Overloaded(_) | ApiError::Unavailable(_) => "rate_limit_exceeded",
         _ => "server_error",
     }
+}
+
+/// The body of `POST /v1/responses/input_tokens`: the fields that shape
+/// the prompt, as OpenAI defines them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputTokensRequest {
+    model: Option<String>,
+    input: Option<Value>,
+    instructions: Option<String>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    previous_response_id: Option<String>,
+    conversation: Option<Value>,
+    reasoning: Option<Map<String, Value>>,
+    text: Option<Map<String, Value>>,
+    truncation: Option<String>,
+}
+
+/// `POST /v1/responses/input_tokens`: the tokens the request's prompt
+/// would take (its context from `previous_response_id` or `conversation`
+/// included), as `/v1/responses` then reports them in `input_tokens`; the
+/// server's own skills block and code tools are not counted.
+pub async fn input_tokens(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, OpenAiError> {
+    let asked: InputTokensRequest = read_json(&request, payload).await?;
+    let mut wire = ResponsesRequest {
+        model: asked.model,
+        input: asked.input,
+        instructions: asked.instructions,
+        tools: asked.tools,
+        tool_choice: asked.tool_choice,
+        parallel_tool_calls: asked.parallel_tool_calls,
+        previous_response_id: asked.previous_response_id,
+        conversation: asked.conversation,
+        reasoning: asked.reasoning,
+        text: asked.text,
+        truncation: asked.truncation,
+        ..ResponsesRequest::default()
+    };
+    let info = ready_model(&state)?;
+    wire.refuse_unsupported()?;
+    let owner = Caller::of(&request);
+    let given = input_items(wire.input.take())?;
+    let conversation = wire.conversation_id()?;
+    let (context, input) =
+        resolve(&state, &owner, wire.previous_response_id.as_deref(), conversation.as_deref(), given).await?;
+    let (chat, _) = translate(wire, &context, &input)?;
+    let validated = chat.validate_as(&info.id, &SPELLING)?;
+    let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;
+    Ok(HttpResponse::Ok().json(json!({"object": "response.input_tokens", "input_tokens": input_tokens})))
 }
 
 /// `POST /v1/responses/{id}/cancel`: stops a running background response

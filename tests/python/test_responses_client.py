@@ -364,3 +364,20 @@ def test_the_agents_sdk_keeps_its_session_in_a_server_conversation(start_server,
         assert texts == ["My name is Ada.", "Hello, Ada.", "What is my name?", "Your name is Ada."], texts
     finally:
         upstream.close()
+
+
+def test_input_tokens_counts_what_a_response_then_reports(client):
+    asked = {"instructions": "You are a helpful assistant.", "input": "Name a colour."}
+    counted = client.responses.input_tokens.count(model=MODEL, **asked)
+    assert counted.object == "response.input_tokens"
+    response = client.responses.create(model=MODEL, max_output_tokens=4, temperature=0, **asked)
+    assert counted.input_tokens == response.usage.input_tokens
+    # A follow-up counts the turn it continues; tools count too.
+    follow = client.responses.input_tokens.count(model=MODEL, previous_response_id=response.id, input="Another.")
+    assert follow.input_tokens > counted.input_tokens
+    with_tools = client.responses.input_tokens.count(model=MODEL, input="Name a colour.", tools=[WEATHER])
+    alone = client.responses.input_tokens.count(model=MODEL, input="Name a colour.")
+    assert with_tools.input_tokens > alone.input_tokens > 0
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.input_tokens.count(model=MODEL, input="x", extra_body={"max_output_tokens": 4})
+    assert "max_output_tokens" in str(refused.value)
