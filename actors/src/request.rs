@@ -85,8 +85,19 @@ pub enum ChatError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatFinish {
     Stop,
+    /// The token budget ran out (or the context did).
     Length,
     ToolCalls,
+    /// The turn's time budget (`--turn-timeout`) ran out.
+    TimedOut,
+}
+
+impl ChatFinish {
+    /// Whether a bound cut the reply: the surfaces without a word for a
+    /// timeout report it as they report the token budget.
+    pub fn cut_short(self) -> bool {
+        matches!(self, ChatFinish::Length | ChatFinish::TimedOut)
+    }
 }
 
 /// Token counts of a whole request.

@@ -330,7 +330,7 @@ fn text_message(role: &str, text: String) -> WireMessage {
 fn stop_reason(finish: ChatFinish) -> &'static str {
     match finish {
         ChatFinish::Stop => "end_turn",
-        ChatFinish::Length => "max_tokens",
+        ChatFinish::Length | ChatFinish::TimedOut => "max_tokens",
         ChatFinish::ToolCalls => "tool_use",
     }
 }

@@ -280,7 +280,7 @@ impl Reply {
             "created_at": now(),
             "message": message,
             "done": true,
-            "done_reason": if finish == ChatFinish::Length { "length" } else { "stop" },
+            "done_reason": if finish.cut_short() { "length" } else { "stop" },
             "total_duration": total,
             "load_duration": 0,
             "prompt_eval_count": usage.prompt_tokens,

@@ -518,7 +518,7 @@ impl ChatCompletionRequest {
 pub fn finish_reason(finish: ChatFinish) -> &'static str {
     match finish {
         ChatFinish::Stop => "stop",
-        ChatFinish::Length => "length",
+        ChatFinish::Length | ChatFinish::TimedOut => "length",
         ChatFinish::ToolCalls => "tool_calls",
     }
 }

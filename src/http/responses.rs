@@ -706,8 +706,7 @@ impl Draft {
     /// The response object: `in_progress` before `end`, then `completed`,
     /// or `incomplete` when the token budget ran out.
     fn response(&self, end: Option<End<'_>>) -> Value {
-        let incomplete =
-            end.filter(|end| end.finish == ChatFinish::Length).map(|_| json!({"reason": "max_output_tokens"}));
+        let incomplete = end.and_then(|end| incomplete_reason(end.finish)).map(|reason| json!({"reason": reason}));
         let status = match (end, &incomplete) {
             (None, _) => "in_progress",
             (Some(_), Some(_)) => "incomplete",
@@ -805,9 +804,20 @@ impl Draft {
     }
 }
 
-/// The answer's message item; `incomplete` when the budget cut it.
+/// Why a response is `incomplete`: the token budget (`max_output_tokens`,
+/// OpenAI's word) or the turn's time (`turn_timeout`, this server's, as
+/// `--turn-timeout` names it); `None` when nothing cut it.
+fn incomplete_reason(finish: ChatFinish) -> Option<&'static str> {
+    match finish {
+        ChatFinish::Length => Some("max_output_tokens"),
+        ChatFinish::TimedOut => Some("turn_timeout"),
+        ChatFinish::Stop | ChatFinish::ToolCalls => None,
+    }
+}
+
+/// The answer's message item; `incomplete` when a bound cut it.
 fn message_item(text: &str, finish: ChatFinish) -> Value {
-    let status = if finish == ChatFinish::Length { "incomplete" } else { "completed" };
+    let status = if finish.cut_short() { "incomplete" } else { "completed" };
     json!({
         "type": "message",
         "id": new_id("msg"),
@@ -820,7 +830,7 @@ fn message_item(text: &str, finish: ChatFinish) -> Value {
 /// A `function_call` item; `incomplete` when the budget ran out (the last
 /// call's arguments may be cut short).
 fn call_item(call: &ToolCall, namespaced: &Namespaced, finish: ChatFinish) -> Value {
-    let status = if finish == ChatFinish::Length { "incomplete" } else { "completed" };
+    let status = if finish.cut_short() { "incomplete" } else { "completed" };
     let mut item = json!({
         "type": "function_call",
         "id": new_id("fc"),
@@ -1411,7 +1421,7 @@ impl Encoder for ResponsesEncoder {
         // (`status: "incomplete"` and the reason), as OpenAI ends it; the
         // SDK's stream helper and Codex end a turn on either event.
         let response = self.draft.response(Some(End { finish: end.finish, usage: end.usage, timings: end.timings }));
-        let kind = if end.finish == ChatFinish::Length { "response.incomplete" } else { "response.completed" };
+        let kind = if end.finish.cut_short() { "response.incomplete" } else { "response.completed" };
         let sequence = self.sequence;
         self.sequence += 1;
         let (app, draft) = (self.app.clone(), self.draft.clone());

@@ -438,3 +438,27 @@ async fn a_background_response_runs_on_is_polled_and_cancelled() {
         assert!(message(&answer).starts_with(said), "{answer}");
     }
 }
+
+#[actix_web::test]
+async fn a_turn_cut_by_its_time_budget_says_why_and_its_answer_stays_the_models() {
+    let settings = skillhost_actors::chat_loop::LoopSettings {
+        turn_timeout: std::time::Duration::from_millis(300),
+        ..Default::default()
+    };
+    let (state, _) = started(TestServer::scripted(vec![endless(), endless()]).settings(settings)).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let (status, response) = send(&app, post(json!({"input": "Wait."}))).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(response["incomplete_details"], json!({"reason": "turn_timeout"}));
+    assert!(response["usage"]["input_tokens"].as_u64().unwrap() > 0, "the cut round's prompt counts: {response}");
+    let item = &response["output"][0];
+    assert_eq!((item["status"].as_str(), item["content"][0]["text"].as_str()), (Some("incomplete"), Some("")));
+    // Streamed, the last event says the same.
+    let response = test::call_service(&app, post(json!({"input": "Wait.", "stream": true})).to_request()).await;
+    let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    let last = text.split("\n\n").filter(|frame| !frame.is_empty()).last().unwrap();
+    assert!(last.starts_with("event: response.incomplete"), "{last}");
+    assert!(last.contains(r#""incomplete_details":{"reason":"turn_timeout"}"#), "{last}");
+    assert!(!text.contains("cut short"), "no note in the answer: {text}");
+}

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use crate::artifacts::Artifacts;
 use crate::conversations::Conversations;
 use crate::model::ModelBackend;
-use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
+use crate::request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Surface, Usage};
 use crate::sandbox::ExecRuntime;
 use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::Snapshot;
@@ -221,7 +221,12 @@ impl Actor for LoopActor {
                 // relay) and any tool call (its task, and with it the wait
                 // for a command the sandbox actor then kills when the loop
                 // stops).
-                state.tasks.relay = None;
+                // A round cut while it generated counts its prompt (known
+                // since its submit); the tokens it wrote are told only at a
+                // round's end, so they are not.
+                if state.tasks.relay.take().is_some() {
+                    state.progress.usage.prompt_tokens += state.progress.n_prompt;
+                }
                 state.tasks.tools_task = None;
                 state.tasks.pending = None;
                 // Stopping the sandbox actor kills a running command at once
@@ -240,10 +245,14 @@ impl Actor for LoopActor {
                     agents.holding = false;
                     agents.collecting = None;
                 }
-                let mut started = true;
-                state.emit_content(note, &mut started);
+                // The Responses API says why in the response itself
+                // (`incomplete_details`), so its answer stays the model's.
+                if state.request.surface != Surface::Responses || state.seat.is_some() {
+                    let mut started = true;
+                    state.emit_content(note, &mut started);
+                }
                 state.progress.cut = true;
-                finish(state, ChatFinish::Length, Timings::default()).await;
+                finish(state, ChatFinish::TimedOut, Timings::default()).await;
                 conclude(&myself, state);
             }
             LoopMsg::Agents(op, reply) => agents::handle_op(&myself, state, op, reply).await,

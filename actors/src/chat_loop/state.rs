@@ -183,7 +183,7 @@ impl LoopState {
         let outcome = match &event {
             ChatEvent::Failed(_) => Some(Outcome::Error),
             ChatEvent::Finished { finish: ChatFinish::ToolCalls, .. } => Some(Outcome::ToolCall),
-            ChatEvent::Finished { finish: ChatFinish::Length, .. } => Some(Outcome::Budget),
+            ChatEvent::Finished { finish, .. } if finish.cut_short() => Some(Outcome::Budget),
             ChatEvent::Finished { .. } if self.progress.cut => Some(Outcome::Budget),
             ChatEvent::Finished { .. } => Some(Outcome::Answer),
             _ => None,
