@@ -1,12 +1,13 @@
 //! The state folder's store. In this process: the bytes one stored turn
 //! takes, one commit (synced to disk), and opening a store that holds 1,000
-//! turns against opening an empty one. Through the real server: a
+//! turns and 1,000 conversations against opening an empty one. Through the real server: a
 //! Responses turn with `store: true` against the same turn with `store:
 //! false`, alternating, so the ratio is what storing adds to a turn.
 
 use std::time::Instant;
 
 use serde_json::{json, Value};
+use skillhost_actors::store::conversations::{self, Conversation};
 use skillhost_actors::store::responses::{put, ResponseRecord};
 use skillhost_actors::store::{live_bytes, Retention, Store};
 
@@ -14,6 +15,8 @@ use crate::median;
 
 /// Stored turns in the store that is opened.
 const TURNS: usize = 1000;
+/// Conversations (of the Conversations API) in it, four items each.
+const CONVERSATIONS: usize = 1000;
 /// Repetitions of each timed step; the median is reported.
 const RUNS: usize = 7;
 
@@ -71,6 +74,22 @@ pub fn run_offline() {
         })
         .expect("stored");
     let bytes = store.run_here(|conn| live_bytes(conn)).expect("the size");
+    store
+        .run_here(|conn| {
+            for n in 0..CONVERSATIONS {
+                let made =
+                    Conversation { id: format!("conv_bench{n:08}"), created_at: 1_800_000_000, metadata: json!({}) };
+                let mut items = turn(n, None).input;
+                items.extend(turn(n, None).output);
+                items.extend(items.clone().into_iter().map(|mut item| {
+                    item["id"] = json!(format!("{}_again", item["id"].as_str().unwrap_or_default()));
+                    item
+                }));
+                conversations::create(conn, "addr:127.0.0.1", &made, &items)?;
+            }
+            Ok(())
+        })
+        .expect("stored");
     drop(store);
     let time_open = |dir: &std::path::Path| {
         median(
@@ -87,7 +106,7 @@ pub fn run_offline() {
     println!("  bytes per stored turn                  {:>8.0}", bytes as f64 / TURNS as f64);
     println!("  one stored turn's commit (synced)      {:>8.2} ms (median of {TURNS})", median(commits));
     println!(
-        "  opening a store of {TURNS} turns          {open_full:>8.1} ms, {:.2}x opening an empty one ({open_empty:.1} ms)",
+        "  opening a store of {TURNS} turns and {CONVERSATIONS} conversations {open_full:>8.1} ms, {:.2}x opening an empty one ({open_empty:.1} ms)",
         open_full / open_empty
     );
 }
