@@ -183,6 +183,9 @@ impl Actor for LoopActor {
             }
             LoopMsg::Generated(GenerationEvent::ToolCalls(calls)) => state.progress.output.push_calls(calls),
             LoopMsg::Generated(GenerationEvent::Finished { reason, timings }) => {
+                // The round's relay has forwarded its last event: no round
+                // generates until the next one starts its own.
+                state.tasks.relay = None;
                 match finish_round(state, reason, timings).await {
                     Next::Tools => start_tools(&myself, state),
                     Next::Again => {
