@@ -549,6 +549,28 @@ async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
     }
 }
 
+/// The stored-state routes that take a body need JSON, however the path is
+/// spelled: a form on another origin cannot make or fill a conversation or
+/// run a count (the gate judges the path the router matches).
+#[actix_web::test]
+async fn the_conversation_and_count_routes_need_json_in_every_spelling() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(AccessConfig::default(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    for uri in [
+        "/v1/conversations",
+        "/v1/conversation%73",
+        "/v1/conversations/conv_x",
+        "/v1/conversations/conv_x/item%73",
+        "/v1/responses/input_tokens",
+        "/v1/responses/input_token%73",
+    ] {
+        let form = Some(("application/x-www-form-urlencoded", b"items=x".to_vec()));
+        let (status, _, response) = send(&app, "POST", uri, &form, &[]).await;
+        assert_eq!(status, 415, "{uri}: {}", String::from_utf8_lossy(&response));
+    }
+}
+
 /// A Web UI conversation belongs to the key that opened it: another valid
 /// key naming its id starts a conversation of its own and cannot close it.
 #[actix_web::test]
