@@ -327,6 +327,7 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         access: options.access,
         admission: options.admission,
         store: options.store,
-        background: http::background::Background::new(options.max_detached_turns),
+        background: Arc::new(http::background::Background::new(options.max_detached_turns)),
+        webui_turns: http::webui_turns::Turns::default(),
     }))
 }

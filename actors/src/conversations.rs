@@ -81,11 +81,25 @@ impl Conversations {
     /// The conversation a request of `caller` belongs to: `given` when this
     /// server issued it to that caller and still has it open, else a new one.
     pub fn resume_or_start(&self, given: Option<&str>, caller: &str) -> String {
+        self.open(given, caller, false)
+    }
+
+    /// Like [`Conversations::resume_or_start`], for an id the caller's
+    /// store still holds (`stored`): one that is no longer open (the
+    /// process restarted, or it fell out of the open set) opens again under
+    /// the same id, with no folder until a request makes one.
+    pub fn reopen_or_start(&self, given: Option<&str>, caller: &str, stored: bool) -> String {
+        self.open(given, caller, stored)
+    }
+
+    fn open(&self, given: Option<&str>, caller: &str, stored: bool) -> String {
         let mut entries = self.entries();
         if let Some(entry) = given.and_then(|id| entries.get_mut(id)).filter(|e| e.caller == caller) {
             entry.last_used = Instant::now();
             return given.unwrap_or_default().to_string();
         }
+        // Open under another caller: not theirs, whatever the store says.
+        let reopening = stored && given.is_some_and(|id| !entries.contains_key(id));
         let held = |entries: &HashMap<String, Entry>, who: &str| entries.values().filter(|e| e.caller == who).count();
         // Past its own cap, the caller's oldest goes; on a full server, the
         // oldest of whoever holds the most.
@@ -106,7 +120,10 @@ impl Conversations {
                 entries.remove(&oldest);
             }
         }
-        let id = new_id();
+        let id = match given {
+            Some(id) if reopening => id.to_string(),
+            _ => new_id(),
+        };
         entries.insert(id.clone(), Entry { caller: caller.to_string(), workspace: None, last_used: Instant::now() });
         id
     }
@@ -207,6 +224,17 @@ mod tests {
         assert!(conversations.belongs_to(&first, "a") && !conversations.belongs_to(&first, "b"));
         assert!(conversations.close(&first));
         assert_ne!(conversations.resume_or_start(Some(&first), "a"), first, "a closed id does not come back");
+    }
+
+    #[test]
+    fn a_stored_id_opens_again_only_for_its_caller_and_only_when_closed() {
+        let conversations = Conversations::default();
+        assert_eq!(conversations.reopen_or_start(Some("c-kept"), "a", true), "c-kept");
+        assert!(conversations.belongs_to("c-kept", "a"));
+        assert_eq!(conversations.reopen_or_start(Some("c-kept"), "a", true), "c-kept");
+        // Open for a, it is not b's, whatever b claims.
+        assert_ne!(conversations.reopen_or_start(Some("c-kept"), "b", true), "c-kept");
+        assert_ne!(conversations.reopen_or_start(Some("c-other"), "a", false), "c-other");
     }
 
     #[test]

@@ -263,7 +263,7 @@ pub struct ServeArgs {
     /// Seconds one turn may run, all rounds and tools together; then it ends with what it has [default: 1800]
     #[arg(long = "turn-timeout", env = "SKILLHOST_TURN_TIMEOUT", help_heading = LOOP)]
     pub turn_timeout: Option<u64>,
-    /// Background turns (Responses API `background: true`) that may run at once; one more stops the oldest [default: --parallel]
+    /// Turns that may run at once with no client attached (Responses API `background: true`, Web UI turns whose page left); one more stops the oldest [default: --parallel]
     #[arg(long = "max-detached-turns", env = "SKILLHOST_MAX_DETACHED_TURNS", help_heading = LOOP)]
     pub max_detached_turns: Option<u32>,
     /// When the model is offered the coordination tools (spawn_agent and the rest): auto, on requests that offer it other tools; always; off [default: auto]

@@ -589,8 +589,8 @@ async fn a_conversation_belongs_to_the_key_that_opened_it() {
     };
     let conversation_of = |body: &[u8]| -> String {
         let text = String::from_utf8_lossy(body);
-        let done = text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).last().unwrap().to_string();
-        serde_json::from_str::<Value>(&done).unwrap()["conversationId"].as_str().unwrap().to_string()
+        let done = crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap();
+        done["conversationId"].as_str().unwrap().to_string()
     };
     let ask = |(key, body): (&'static str, Vec<u8>)| {
         let auth = format!("Bearer {key}");
@@ -616,6 +616,21 @@ async fn a_conversation_belongs_to_the_key_that_opened_it() {
             serde_json::from_slice::<Value>(&body).unwrap()["closed"].clone()
         }
     };
+    // Nor can another key list it, read it, re-read its events or stop it.
+    let other = format!("Bearer {OTHER_USER_KEY}");
+    let (_, _, listed) = send(&app, "GET", "/api/conversations", &None, &[("authorization", &other)]).await;
+    assert!(!String::from_utf8_lossy(&listed).contains(&mine), "another key lists the opener's conversation");
+    for uri in [format!("/api/conversations/{mine}"), format!("/api/conversations/{mine}/events")] {
+        let (status, _, _) = send(&app, "GET", &uri, &None, &[("authorization", &other)]).await;
+        assert_eq!(status, 404, "{uri}");
+    }
+    let stop = format!("/api/conversations/{mine}/turn");
+    let (_, _, stopped) = send(&app, "DELETE", &stop, &None, &[("authorization", &other)]).await;
+    assert_eq!(serde_json::from_slice::<Value>(&stopped).unwrap(), json!({"stopped": false}));
+    let mine_auth = format!("Bearer {USER_KEY}");
+    let (status, _, _) =
+        send(&app, "GET", &format!("/api/conversations/{mine}"), &None, &[("authorization", &mine_auth)]).await;
+    assert_eq!(status, 200);
     assert_eq!(close(OTHER_USER_KEY).await, json!(false));
     assert_eq!(close(USER_KEY).await, json!(true));
 }

@@ -33,7 +33,8 @@ fn frames(body: &[u8]) -> Vec<Value> {
     std::str::from_utf8(body)
         .unwrap()
         .split("\n\n")
-        .filter_map(|chunk| chunk.strip_prefix("data: "))
+        .filter_map(|chunk| chunk.lines().find_map(|line| line.strip_prefix("data: ")))
+        .filter(|data| *data != "[DONE]")
         .map(|data| serde_json::from_str(data).unwrap())
         .collect()
 }

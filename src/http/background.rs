@@ -1,23 +1,31 @@
 //! Turns that run with no client attached: Responses API requests with
-//! `background: true`. Each is registered here while it runs, with the
-//! handle that stops it. At most `cap` run at once (`--max-detached-turns`,
-//! `--parallel` by default); one past it stops the oldest, so a client
-//! starting background turns in a loop cannot hold the model forever.
+//! `background: true`, and Web UI turns whose pages all left. Each is
+//! registered here while it runs so, with the handle that stops it. At most
+//! `cap` run at once (`--max-detached-turns`, `--parallel` by default); one
+//! past it stops the oldest, so a client starting turns and leaving them in
+//! a loop cannot hold the model forever.
 //!
 //! Whoever takes a turn out of the registry writes its last status: the
-//! turn itself when it ends, or the route that cancels it. A turn taken by
-//! both cannot happen, so a finished turn is never reported cancelled and
-//! a cancelled one never completed.
+//! turn itself when it ends (or a page that came back to it), the route
+//! that cancels it, or, for the oldest pushed out, its `pushed` hook. A
+//! turn taken by two cannot happen, so a finished turn is never reported
+//! cancelled and a cancelled one never completed.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use futures_util::future::AbortHandle;
 
+/// Run on a turn pushed out past the cap, before it is stopped: it says
+/// so where its client will look (a stored response's status, a Web UI
+/// turn's history).
+pub type Pushed = Box<dyn FnOnce(String) + Send>;
+
 struct Running {
     id: String,
     owner: String,
     stop: AbortHandle,
+    pushed: Pushed,
 }
 
 /// The background turns running now, oldest first.
@@ -35,13 +43,22 @@ impl Background {
         self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers a turn that is about to run; returns the id of the oldest
-    /// turn it pushed out (already stopped), whose status the caller writes.
-    pub fn admit(&self, id: &str, owner: &str, stop: AbortHandle) -> Option<String> {
-        let mut running = self.running();
-        let pushed = if running.len() >= self.cap { running.pop_front() } else { None };
-        running.push_back(Running { id: id.to_string(), owner: owner.to_string(), stop });
-        pushed.map(|oldest| {
+    /// Registers a turn that runs on alone; past the cap, the oldest is
+    /// told why (its `pushed` hook, with a sentence) and stopped. Returns
+    /// the id of the one pushed out.
+    pub fn admit(&self, id: &str, owner: &str, stop: AbortHandle, pushed: Pushed) -> Option<String> {
+        let oldest = {
+            let mut running = self.running();
+            let oldest = if running.len() >= self.cap { running.pop_front() } else { None };
+            running.push_back(Running { id: id.to_string(), owner: owner.to_string(), stop, pushed });
+            oldest
+        };
+        oldest.map(|oldest| {
+            let why = format!(
+                "cancelled: more than {} turns were running with no client attached (--max-detached-turns), and this was the oldest",
+                self.cap
+            );
+            (oldest.pushed)(why);
             oldest.stop.abort();
             oldest.id
         })
@@ -79,11 +96,6 @@ impl Background {
     pub fn len(&self) -> usize {
         self.running().len()
     }
-
-    /// The cap.
-    pub fn cap(&self) -> usize {
-        self.cap
-    }
 }
 
 #[cfg(test)]
@@ -99,12 +111,21 @@ mod tests {
         let background = Background::new(2);
         let (first, _) = handle();
         let (second, _) = handle();
-        assert_eq!(background.admit("a", "o", first.clone()), None);
-        assert_eq!(background.admit("b", "o", second.clone()), None);
+        let told = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let hook = |id: &'static str| -> Pushed {
+            let told = told.clone();
+            Box::new(move |why| told.lock().unwrap().push((id, why)))
+        };
+        assert_eq!(background.admit("a", "o", first.clone(), hook("a")), None);
+        assert_eq!(background.admit("b", "o", second.clone(), hook("b")), None);
         assert_eq!(background.len(), 2);
         let (third, _) = handle();
-        assert_eq!(background.admit("c", "o", third), Some("a".to_string()));
+        assert_eq!(background.admit("c", "o", third, hook("c")), Some("a".to_string()));
         assert!(first.is_aborted() && !second.is_aborted());
+        let told = told.lock().unwrap();
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].0, "a");
+        assert!(told[0].1.contains("more than 2 turns were running with no client attached"), "{}", told[0].1);
         assert_eq!(background.len(), 2);
         // The pushed-out turn is no longer there to finish.
         assert!(!background.finish("a"));
@@ -115,7 +136,7 @@ mod tests {
     fn a_cancel_and_an_end_never_both_take_a_turn() {
         let background = Background::new(4);
         let (stop, _) = handle();
-        background.admit("a", "owner", stop.clone());
+        background.admit("a", "owner", stop.clone(), Box::new(|_| {}));
         assert!(!background.cancel("someone else", "a"), "another owner's turn is not theirs to stop");
         assert!(!stop.is_aborted());
         assert!(background.cancel("owner", "a"));

@@ -392,8 +392,7 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
     let response =
         test::call_service(&app, test::TestRequest::post().uri("/api/chat").set_json(first).to_request()).await;
     let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
-    let frames: Vec<Value> =
-        body.split("\n\n").filter(|f| !f.is_empty()).map(|f| serde_json::from_str(&f[6..]).unwrap()).collect();
+    let frames = crate::http::test_server::web_frames(body.as_bytes());
     // The id is the server's own, not the one the client made up.
     let id = frames.last().unwrap()["conversationId"].as_str().unwrap().to_string();
     assert!(id.starts_with("c-") && id.len() == 34, "{id}");
@@ -603,8 +602,8 @@ async fn a_full_sandbox_memory_refuses_a_new_workspace_and_the_server_answers_th
             let body = json!({"messages": [{"role": "user", "content": content}]});
             let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
             let text = String::from_utf8(test::call_and_read_body(app, request).await.to_vec()).unwrap();
-            let done = text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).last().unwrap().to_string();
-            serde_json::from_str::<Value>(&done).unwrap()["conversationId"].as_str().unwrap().to_string()
+            let done = crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap();
+            done["conversationId"].as_str().unwrap().to_string()
         }
     };
     let first = turn("Fill one.").await;

@@ -14,10 +14,12 @@ pub mod ollama;
 pub mod openai;
 pub mod ops;
 pub mod peer;
+pub mod relay;
 pub mod responses;
 pub mod skills;
 pub mod stream;
 pub mod webui;
+pub mod webui_turns;
 
 use actix_web::web;
 use skillhost_actors::Server;
@@ -36,8 +38,12 @@ pub struct AppState {
     pub admission: access::Admission,
     /// The state folder's store: stored responses.
     pub store: skillhost_actors::store::Store,
-    /// Background responses running now, bounded by `--max-detached-turns`.
-    pub background: background::Background,
+    /// Turns running with no client attached (background responses, Web
+    /// UI turns whose pages left), bounded by `--max-detached-turns`.
+    pub background: std::sync::Arc<background::Background>,
+    /// Each Web UI conversation's running or last turn, for pages that
+    /// attach to it.
+    pub webui_turns: webui_turns::Turns,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -186,8 +192,24 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/api/conversations")
+                .route(web::get().to(webui::list_conversations))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/api/conversations/{id}")
+                .route(web::get().to(webui::get_conversation))
                 .route(web::delete().to(webui::close_conversation))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/conversations/{id}/events")
+                .route(web::get().to(webui::conversation_events))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/conversations/{id}/turn")
+                .route(web::delete().to(webui::stop_turn))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
@@ -257,3 +279,5 @@ mod forced_call_tests;
 mod conversations_tests;
 #[cfg(test)]
 mod responses_tests;
+#[cfg(test)]
+mod webui_turns_tests;

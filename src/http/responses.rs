@@ -926,13 +926,14 @@ async fn run_in_background(
         return Err(ApiError::Internal("the server's store failed; the background response was not started".into()));
     }
     let (stop, registration) = futures_util::future::AbortHandle::new_pair();
-    if let Some(pushed) = state.background.admit(&draft.id, &draft.owner, stop) {
-        let message = format!(
-            "cancelled: more than {} background responses were running (--max-detached-turns), and this was the oldest",
-            state.background.cap()
-        );
-        mark(state, &pushed, "cancelled", Some(json!({"code": "cancelled", "message": message}))).await;
-    }
+    let app = state.clone();
+    let id = draft.id.clone();
+    let pushed: crate::http::background::Pushed = Box::new(move |why| {
+        actix_web::rt::spawn(async move {
+            mark(&app, &id, "cancelled", Some(json!({"code": "cancelled", "message": why}))).await;
+        });
+    });
+    state.background.admit(&draft.id, &draft.owner, stop, pushed);
     let app = state.clone();
     let turn = async move {
         let done = collect(&app, chat, crate::http::peer::PeerWatch::detached(), started).await;

@@ -284,3 +284,28 @@ fn sandbox(exec: Exec) -> (ExecRuntime, ArtifactStore, tempfile::TempDir) {
         ArtifactStore::new(&base.path().join("artifacts"), ArtifactLimits::default()).expect("the artifact store");
     (runtime, artifacts, base)
 }
+
+/// The frames of a Web UI turn's SSE body, in order, without the opening
+/// one: checks that each frame carries the next `id:` and that the first
+/// names the conversation (keep-alive comments are skipped).
+pub(crate) fn web_frames(body: &[u8]) -> Vec<serde_json::Value> {
+    let text = std::str::from_utf8(body).expect("an SSE body is text");
+    assert!(text.ends_with("\n\n"), "{text}");
+    let mut ids = Vec::new();
+    let mut frames = Vec::new();
+    for chunk in text.split("\n\n").filter(|chunk| !chunk.is_empty() && !chunk.starts_with(':')) {
+        let mut lines = chunk.lines();
+        let id: u64 = lines
+            .next()
+            .and_then(|l| l.strip_prefix("id: "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a frame without its id: {chunk}"));
+        ids.push(id);
+        let data = lines.next().and_then(|l| l.strip_prefix("data: ")).unwrap_or_else(|| panic!("{chunk}"));
+        frames.push(serde_json::from_str::<serde_json::Value>(data).unwrap());
+    }
+    assert!(ids.windows(2).all(|pair| pair[1] == pair[0] + 1), "ids follow one another: {ids:?}");
+    let opening = frames.remove(0);
+    assert!(opening["conversationId"].as_str().is_some_and(|id| id.starts_with("c-")), "{opening}");
+    frames
+}

@@ -1,6 +1,9 @@
 //! The Web UI: its page and assets (embedded in the binary), `GET
-//! /api/models`, and `POST /api/chat`, an SSE stream of content,
-//! `skill_step` and `tool_progress` frames ending with a `done` frame.
+//! /api/models`, `POST /api/chat` (an SSE stream of content, `skill_step`
+//! and `tool_progress` frames ending with a `done` frame, each with an
+//! `id:`), and its conversations: listed, read, their turns' events
+//! re-read, stopped and deleted. The host owns each turn (see
+//! [`crate::http::webui_turns`]).
 
 use std::time::{Duration, Instant};
 
@@ -11,14 +14,21 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::{AgentPhase, AgentUpdate, SkillStep, Surface, ToolPhase, ToolProgress};
 
-use crate::http::body::read_json;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use skillhost_actors::store::{unix_now, webui as webui_store};
+
+use crate::http::body::{content_length, parse_json, read_limited, MAX_JSON_BODY_BYTES};
 use crate::http::chat::{guarded, ready_model, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
     WireMessage, WireToolChoice,
 };
+use crate::http::peer::PeerWatch;
 use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Ending, Finish};
+use crate::http::webui_turns::{self, Answer, Stopped};
 use crate::http::AppState;
 
 /// A comment frame goes out after this long without any other, so proxies
@@ -148,10 +158,13 @@ async fn start_chat(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let web_request: WebChatRequest = read_json(request, payload).await?;
+    let body = read_limited(payload, content_length(request), MAX_JSON_BODY_BYTES).await?;
+    let web_request: WebChatRequest = parse_json(&body)?;
+    // The messages as the page sent them, for the history the store keeps.
+    let kept: KeptMessages = serde_json::from_slice(&body).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let info = ready_model(state)?;
     // The server issues conversation ids; one it did not issue (or has
-    // closed) starts a new conversation instead of naming someone's folder.
+    // deleted) starts a new conversation instead of naming someone's folder.
     let given = conversation_id(web_request.conversation_id)?;
     // Another replica's conversation: its workspace is there, not here.
     if let Some(owner) = given.as_deref().and_then(skillhost_actors::replica::elsewhere) {
@@ -159,8 +172,12 @@ async fn start_chat(
         return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)));
     }
     let caller = crate::http::access::Caller::of(request);
-    let conversation = state.server.conversations().resume_or_start(given.as_deref(), &caller);
-    let new_conversation = given.as_deref() != Some(conversation.as_str());
+    let stored = match &given {
+        Some(id) => stored_conversation(state, &caller, id).await?,
+        None => None,
+    };
+    let conversation = state.server.conversations().reopen_or_start(given.as_deref(), &caller, stored.is_some());
+    let stored = stored.filter(|_| given.as_deref() == Some(conversation.as_str()));
     let mut wire = ChatCompletionRequest {
         messages: web_request.messages,
         skills: web_request.skills,
@@ -174,23 +191,226 @@ async fn start_chat(
     apply_tool_choice_header(request, &mut wire)?;
     let mut validated = wire.validate_as(&info.id, &SPELLING)?;
     validated.request.conversation = Some(conversation.clone());
-    let (chat, peer) = start(state, request, validated.request).await?;
+    let last_event = stored.as_ref().map_or(0, |stored| stored.last_event);
+    let Some((turn, registration)) = state.webui_turns.begin(&state.background, &conversation, &caller, last_event)
+    else {
+        return Err(ApiError::Conflict(format!(
+            "conversation {conversation} has a turn running; wait for it to end or stop it (DELETE /api/conversations/{conversation}/turn)"
+        )));
+    };
+    let history = json!({
+        "messages": kept.messages,
+        "skills": validated.request.skills,
+        "skills_discovery": web_request.skills_discovery,
+    });
+    let title = stored.as_ref().map_or_else(|| title_of(&kept.messages), |stored| stored.title.clone());
+    let saved = {
+        let (owner, id, history, title) = (caller.clone(), conversation.clone(), history.clone(), title.clone());
+        state.store.run(move |conn| webui_store::begin_turn(conn, &owner, &id, &title, &history, unix_now())).await
+    };
+    match saved {
+        Ok(true) => {}
+        Ok(false) => {
+            state.webui_turns.remove(&conversation, Stopped::Deleted);
+            return Err(ApiError::NotFound(format!("there is no conversation '{conversation}'")));
+        }
+        Err(err) => {
+            tracing::error!("a Web UI conversation was not stored: {err}");
+            state.webui_turns.remove(&conversation, Stopped::Deleted);
+            return Err(ApiError::Internal("the server's store failed; the turn was not started".into()));
+        }
+    }
+    let (chat, _peer) = match start(state, request, validated.request).await {
+        Ok(started) => started,
+        Err(err) => {
+            state.webui_turns.remove(&conversation, Stopped::Deleted);
+            let (owner, id) = (caller.clone(), conversation.clone());
+            let message = json!({"role": "assistant", "content": "", "error": err.to_string()});
+            save_end(state.clone(), owner, id, history, message, 0).await;
+            return Err(err);
+        }
+    };
+    // The page's reader, counted before the first frame so the turn never
+    // looks alone while it starts.
+    let reader = turn.relay.subscribe(0, state.keep_alive);
+    turn.relay.push(frame(&json!({"conversationId": conversation, "title": title})));
+    let answer = Arc::new(Mutex::new(Answer::default()));
     let encoder = WebEncoder {
         app: state.clone(),
-        conversation,
-        new_conversation,
-        id_delivered: false,
-        keep_alive: state.keep_alive,
+        owner: caller.clone(),
+        conversation: conversation.clone(),
+        history: history.clone(),
+        relay: turn.relay.clone(),
+        answer: answer.clone(),
     };
-    Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)))
+    let frames = event_stream(state.clone(), chat, PeerWatch::detached(), started, encoder);
+    let (app, background) = (state.clone(), state.background.clone());
+    let last = turn.relay.clone();
+    let write_end = move |message: Value| -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let last_event = last.last_id() + 1;
+            save_end(app, caller, conversation, history, message, last_event).await;
+        })
+    };
+    actix_web::rt::spawn(webui_turns::run(turn, frames, registration, answer, background, write_end));
+    Ok(sse_response(reader))
+}
+
+/// The messages of a `POST /api/chat` body, kept as sent.
+#[derive(Deserialize)]
+struct KeptMessages {
+    messages: Vec<Value>,
+}
+
+/// Longest title a conversation takes from its first message, in characters.
+pub const MAX_TITLE_CHARS: usize = 80;
+/// Most conversations `GET /api/conversations` lists, the most recent first.
+pub const MAX_LISTED: usize = 100;
+
+/// A new conversation's title: the first line of its first user message,
+/// cut at [`MAX_TITLE_CHARS`].
+fn title_of(messages: &[Value]) -> String {
+    let first = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+    let line = first.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("New chat");
+    let mut title: String = line.chars().take(MAX_TITLE_CHARS).collect();
+    if line.chars().count() > MAX_TITLE_CHARS {
+        title.pop();
+        title.push('…');
+    }
+    title
+}
+
+/// The caller's stored conversation `id`, if any.
+async fn stored_conversation(
+    state: &AppState,
+    caller: &str,
+    id: &str,
+) -> Result<Option<webui_store::WebConversation>, ApiError> {
+    let (owner, id) = (caller.to_string(), id.to_string());
+    state.store.run(move |conn| webui_store::get(conn, &owner, &id)).await.map_err(|err| {
+        tracing::error!("the store could not be read: {err}");
+        ApiError::Internal("the server's store could not be read".into())
+    })
+}
+
+/// Writes the end of a turn: the messages it was sent and its answer.
+async fn save_end(
+    app: web::Data<AppState>,
+    owner: String,
+    id: String,
+    history: Value,
+    message: Value,
+    last_event: u64,
+) {
+    let mut body = history;
+    if let Some(messages) = body["messages"].as_array_mut() {
+        messages.push(message);
+    }
+    let written =
+        app.store.run(move |conn| webui_store::end_turn(conn, &owner, &id, &body, last_event, None, unix_now())).await;
+    if let Err(err) = written {
+        tracing::error!("the end of a Web UI turn was not stored: {err}");
+    }
+}
+
+/// The conversation id in a route's path, checked as a sent one is.
+fn path_id(id: &str) -> Result<String, ApiError> {
+    conversation_id(Some(id.to_string())).map(Option::unwrap_or_default)
+}
+
+/// `GET /api/conversations`: the caller's conversations, the most recent
+/// first, without their messages.
+pub async fn list_conversations(state: web::Data<AppState>, request: HttpRequest) -> Result<HttpResponse, PlainError> {
+    let owner = crate::http::access::Caller::of(&request);
+    let listed = state.store.run(move |conn| webui_store::list(conn, &owner, MAX_LISTED)).await.map_err(|err| {
+        tracing::error!("the store could not be read: {err}");
+        ApiError::Internal("the server's store could not be read".into())
+    })?;
+    let caller = crate::http::access::Caller::of(&request);
+    let data: Vec<Value> = listed
+        .iter()
+        .map(|conversation| {
+            let mut summary = conversation.summary();
+            summary["running"] = json!(state.webui_turns.get(&conversation.id, &caller).is_some_and(|t| t.running()));
+            summary
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /api/conversations/{id}`: a conversation's messages and skills,
+/// whether a turn runs, and the id of its last frame.
+pub async fn get_conversation(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, PlainError> {
+    let id = path_id(&id)?;
+    let caller = crate::http::access::Caller::of(&request);
+    let Some(stored) = stored_conversation(&state, &caller, &id).await? else {
+        return Err(ApiError::NotFound(format!("there is no conversation '{id}'")).into());
+    };
+    let turn = state.webui_turns.get(&id, &caller);
+    let last_event = turn.as_ref().map_or(stored.last_event, |turn| turn.relay.last_id().max(stored.last_event));
+    let mut body = stored.summary();
+    body["running"] = json!(turn.as_ref().is_some_and(|turn| turn.running()));
+    body["last_event_id"] = json!(last_event);
+    body["messages"] = stored.body["messages"].clone();
+    body["skills"] = stored.body["skills"].clone();
+    body["skills_discovery"] = stored.body["skills_discovery"].clone();
+    Ok(HttpResponse::Ok().json(body))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    after: Option<String>,
+}
+
+/// `GET /api/conversations/{id}/events`: the running turn's frames (or
+/// the last turn's, since the server started) from the one after
+/// `Last-Event-ID` or `?after=N`, then live until it ends.
+pub async fn conversation_events(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    query: web::Query<EventsQuery>,
+) -> Result<HttpResponse, PlainError> {
+    let id = path_id(&id)?;
+    let after = crate::http::relay::after(&request, query.after.as_deref())
+        .map_err(|message| ApiError::bad_param("after", message))?;
+    let caller = crate::http::access::Caller::of(&request);
+    let Some(turn) = state.webui_turns.get(&id, &caller) else {
+        let known = stored_conversation(&state, &caller, &id).await?.is_some();
+        return Err(ApiError::NotFound(if known {
+            format!("conversation {id} has had no turn since the server started; its messages are at GET /api/conversations/{id}")
+        } else {
+            format!("there is no conversation '{id}'")
+        })
+        .into());
+    };
+    Ok(sse_response(turn.relay.subscribe(after, state.keep_alive)))
+}
+
+/// `DELETE /api/conversations/{id}/turn`: Stop. The running turn ends now,
+/// what it said so far kept with a note.
+pub async fn stop_turn(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, PlainError> {
+    let id = path_id(&id)?;
+    let caller = crate::http::access::Caller::of(&request);
+    let stopped = state.webui_turns.get(&id, &caller).is_some_and(|turn| turn.stop(Stopped::ByUser));
+    Ok(HttpResponse::Ok().json(json!({"stopped": stopped})))
 }
 
 /// How long closing a conversation waits for its folder to go; a command
 /// still running there finishes its call first.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// `DELETE /api/conversations/{id}`: the conversation's workspace goes, after
-/// the call it is answering, if any.
+/// `DELETE /api/conversations/{id}`: the conversation goes: its running
+/// turn stops, its history and files leave the store, and its workspace
+/// goes after the call it is answering, if any.
 pub async fn close_conversation(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -200,42 +420,50 @@ pub async fn close_conversation(
         let what = format!("conversation {id}");
         return Err(ApiError::Conflict(skillhost_actors::replica::wrong_replica(&what, owner)).into());
     }
+    let id = path_id(&id)?;
     // Another caller's conversation is not there for this one to close.
+    let caller = crate::http::access::Caller::of(&request);
+    if state.webui_turns.get(&id, &caller).is_some() {
+        state.webui_turns.remove(&id, Stopped::Deleted);
+    }
+    let (owner, key) = (caller.clone(), id.clone());
+    let deleted = state.store.run(move |conn| webui_store::delete(conn, &owner, &key)).await.unwrap_or_else(|err| {
+        tracing::error!("a Web UI conversation was not deleted from the store: {err}");
+        false
+    });
     let conversations = state.server.conversations();
-    let mine = conversations.belongs_to(&id, &crate::http::access::Caller::of(&request));
+    let mine = conversations.belongs_to(&id, &caller);
     let closed = mine && conversations.close_and_wait(&id, CLOSE_WAIT).await;
-    Ok(HttpResponse::Ok().json(json!({"closed": closed})))
+    Ok(HttpResponse::Ok().json(json!({"closed": closed || deleted})))
 }
 
-/// The Web UI's frames: `content`, `reasoning`, `skill_step`,
-/// `tool_progress` and `tool_calls` objects, and a `done` frame that names
-/// the conversation; comment frames keep a quiet connection open.
+/// The Web UI's frames: an opening one naming the conversation, then
+/// `content`, `reasoning`, `skill_step`, `tool_progress` and `tool_calls`
+/// objects, and a `done` frame, sent once the turn's history is stored.
 struct WebEncoder {
     app: web::Data<AppState>,
+    owner: String,
     conversation: String,
-    /// This turn started the conversation: until its final frame (which
-    /// names the id) reaches the client, nobody else knows the id.
-    new_conversation: bool,
-    id_delivered: bool,
-    keep_alive: Duration,
+    /// The messages the turn was sent, and its settings.
+    history: Value,
+    relay: Arc<crate::http::relay::Relay>,
+    answer: Arc<Mutex<Answer>>,
 }
 
-impl Drop for WebEncoder {
-    /// A client that left before learning a new conversation's id can never
-    /// continue it: its workspace goes now, not after the idle limit.
-    fn drop(&mut self) {
-        if self.new_conversation && !self.id_delivered {
-            self.app.server.conversations().close(&self.conversation);
-        }
+impl WebEncoder {
+    fn answer(&self) -> std::sync::MutexGuard<'_, Answer> {
+        self.answer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Encoder for WebEncoder {
     fn content(&mut self, text: &str) -> Vec<Bytes> {
+        self.answer().content.push_str(text);
         vec![frame(&json!({"content": text}))]
     }
 
     fn reasoning(&mut self, text: &str) -> Vec<Bytes> {
+        self.answer().reasoning.push_str(text);
         vec![frame(&json!({"reasoning": text}))]
     }
 
@@ -248,7 +476,15 @@ impl Encoder for WebEncoder {
     }
 
     fn tool_progress(&mut self, progress: &ToolProgress) -> Vec<Bytes> {
-        vec![frame(&tool_progress_json(progress))]
+        let json = tool_progress_json(progress);
+        if let Some(files) = json["tool_progress"]["files"].as_array() {
+            let mut answer = self.answer();
+            for file in files {
+                answer.artifacts.retain(|known| known["url"] != file["url"]);
+                answer.artifacts.push(file.clone());
+            }
+        }
+        vec![frame(&json)]
     }
 
     fn agent(&mut self, update: &AgentUpdate) -> Vec<Bytes> {
@@ -256,27 +492,37 @@ impl Encoder for WebEncoder {
     }
 
     fn finished(&mut self, end: Finish<'_>) -> Ending {
-        vec![frame(&json!({
+        let done = json!({
             "done": true,
             "finish_reason": finish_reason(end.finish),
             "usage": usage_json(end.usage, end.timings),
             "timings": timings_json(end.timings),
             "rounds": rounds_json(end.rounds),
             "conversationId": self.conversation,
-        }))]
-        .into()
+        });
+        let message = {
+            let mut answer = self.answer();
+            answer.done = Some(done.clone());
+            answer.stored = true;
+            answer.message(None)
+        };
+        let (app, owner, id, history) =
+            (self.app.clone(), self.owner.clone(), self.conversation.clone(), self.history.clone());
+        // The final frame's id: every frame before it is in the relay.
+        let last_event = self.relay.last_id() + 1;
+        Ending::After(Box::pin(async move {
+            save_end(app, owner, id, history, message, last_event).await;
+            vec![frame(&done)]
+        }))
     }
 
     fn error_frame(err: &ApiError) -> Bytes {
         frame(&err.body(ErrorStyle::Plain))
     }
 
-    fn keep_alive(&self) -> Option<(Duration, Bytes)> {
-        Some((self.keep_alive, Bytes::from_static(b": keep-alive\n\n")))
-    }
-
-    fn delivered(&mut self) {
-        self.id_delivered = true;
+    fn failed(&mut self, err: &ApiError) -> Vec<Bytes> {
+        self.answer().error = Some(err.to_string());
+        vec![Self::error_frame(err)]
     }
 }
 

@@ -26,14 +26,9 @@ async fn start(server: TestServer, skills: bool) -> web::Data<AppState> {
     server.start().await.unwrap().state
 }
 
-/// The `data:` frames of an SSE body, parsed.
+/// The frames of a Web UI turn, without the opening one.
 fn frames(body: &[u8]) -> Vec<Value> {
-    let text = std::str::from_utf8(body).unwrap();
-    assert!(text.ends_with("\n\n"), "{text}");
-    text.split("\n\n")
-        .filter(|chunk| !chunk.is_empty())
-        .map(|chunk| serde_json::from_str(chunk.strip_prefix("data: ").unwrap()).unwrap())
-        .collect()
+    crate::http::test_server::web_frames(body)
 }
 
 #[actix_web::test]

@@ -1,5 +1,6 @@
 //! The state folder's store: one SQLite file (`state.db`) that keeps what
-//! must outlive a process, today the Responses API's stored responses.
+//! must outlive a process: the Responses API's stored responses and
+//! conversations, and the Web UI's conversations with their files.
 //!
 //! The file is opened once, at start-up, by one server: it holds an
 //! exclusive lock on `state.lock` beside it for as long as it runs, so a
@@ -18,6 +19,7 @@
 
 pub mod conversations;
 pub mod responses;
+pub mod webui;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -76,6 +78,28 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX conversation_items_by_id ON conversation_items(item_id);
     CREATE INDEX conversations_by_owner ON conversations(owner, touched_at);",
+    // 3: the Web UI's conversations: the messages and settings the page
+    // reopens, whether a turn was running, the last frame id its events
+    // had (so ids keep rising across restarts), and the files its commands
+    // left in its workspace, restored when it continues.
+    "CREATE TABLE webui_conversations (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        touched_at INTEGER NOT NULL,
+        running INTEGER NOT NULL CHECK (running IN (0, 1)),
+        last_event INTEGER NOT NULL,
+        body TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE webui_files (
+        conversation_id TEXT NOT NULL REFERENCES webui_conversations(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        executable INTEGER NOT NULL CHECK (executable IN (0, 1)),
+        content BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, path)
+    ) STRICT;
+    CREATE INDEX webui_conversations_by_owner ON webui_conversations(owner, touched_at);",
 ];
 
 /// The version this build writes.
@@ -167,6 +191,10 @@ impl Store {
         let failed = store.run_here(|conn| responses::fail_interrupted(conn))?;
         if failed > 0 {
             tracing::warn!(failed, "responses that were running when the server last stopped are marked failed");
+        }
+        let cut = store.run_here(|conn| webui::note_interrupted(conn))?;
+        if cut > 0 {
+            tracing::warn!(cut, "Web UI turns that were running when the server last stopped end with a note");
         }
         let dropped = store.run_here(|conn| retain(conn, retention, unix_now()))?;
         if dropped > 0 {
@@ -269,21 +297,24 @@ pub fn retain(conn: &mut Connection, retention: Retention, now: u64) -> Result<u
     let cutoff = now.saturating_sub(retention.max_age.as_secs()) as i64;
     let mut dropped = conn.execute("DELETE FROM responses WHERE created_at < ?1", [cutoff])?;
     dropped += conn.execute("DELETE FROM conversations WHERE touched_at < ?1", [cutoff])?;
+    dropped += conn.execute("DELETE FROM webui_conversations WHERE touched_at < ?1", [cutoff])?;
     while live_bytes(conn)? > retention.max_bytes {
         // A tenth of what is left at a time (at least one), oldest first:
         // everything as old as the tenth-oldest record goes.
         let threshold: Option<i64> = conn
             .query_row(
-                "SELECT t FROM (SELECT created_at AS t FROM responses UNION ALL SELECT touched_at FROM conversations)
+                "SELECT t FROM (SELECT created_at AS t FROM responses UNION ALL SELECT touched_at FROM conversations
+                     UNION ALL SELECT touched_at FROM webui_conversations)
                  ORDER BY t LIMIT 1 OFFSET max(0, ((SELECT count(*) FROM responses)
-                     + (SELECT count(*) FROM conversations)) / 10 - 1)",
+                     + (SELECT count(*) FROM conversations) + (SELECT count(*) FROM webui_conversations)) / 10 - 1)",
                 [],
                 |row| row.get(0),
             )
             .optional()?;
         let Some(threshold) = threshold else { break };
         let gone = conn.execute("DELETE FROM responses WHERE created_at <= ?1", [threshold])?
-            + conn.execute("DELETE FROM conversations WHERE touched_at <= ?1", [threshold])?;
+            + conn.execute("DELETE FROM conversations WHERE touched_at <= ?1", [threshold])?
+            + conn.execute("DELETE FROM webui_conversations WHERE touched_at <= ?1", [threshold])?;
         if gone == 0 {
             break;
         }
