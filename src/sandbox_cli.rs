@@ -27,18 +27,14 @@ pub const SHIPPED_PROFILES: [(&str, &str); 2] = [
 /// Writes the shipped profiles into a new private folder (a random name,
 /// mode 0700): a folder another local user could have made first, or
 /// written into, would let them choose the sandbox's policy.
-pub fn shipped_profile_dir() -> Result<PathBuf, SandboxSetupError> {
-    let dir = tempfile::Builder::new()
-        .prefix("skillhost-profiles-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .map_err(SandboxSetupError::Profiles)?
-        .keep();
+pub fn shipped_profile_dir() -> Result<OwnedDir, SandboxSetupError> {
+    let dir =
+        OwnedDir::make(&std::env::temp_dir(), "skillhost-profiles-", 0o700).map_err(SandboxSetupError::Profiles)?;
     for (name, text) in SHIPPED_PROFILES {
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(dir.join(format!("{name}.yaml")))
+            .open(dir.path.join(format!("{name}.yaml")))
             .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
             .map_err(SandboxSetupError::Profiles)?;
     }
@@ -58,19 +54,92 @@ pub enum SandboxSetupError {
 }
 
 /// A folder this process made for its own use, removed when dropped.
+/// It holds a lock file for as long as the process lives, so a process
+/// that died without removing it (`kill -9`, a crash, a power cut) leaves a
+/// folder the next one can tell is nobody's: see [`sweep_stale`].
 #[derive(Debug)]
-pub struct OwnedDir(pub PathBuf);
+pub struct OwnedDir {
+    pub path: PathBuf,
+    _lock: Option<std::fs::File>,
+}
+
+/// The lock file inside every [`OwnedDir`].
+const OWNER_LOCK: &str = ".owner.lock";
+
+impl OwnedDir {
+    /// A new folder `prefix<random>` in `parent` with `mode`, locked by this
+    /// process. The folders of dead processes with the same prefix go first.
+    pub fn make(parent: &Path, prefix: &str, mode: u32) -> std::io::Result<OwnedDir> {
+        sweep_stale(parent, prefix);
+        let path = tempfile::Builder::new()
+            .prefix(prefix)
+            .permissions(std::fs::Permissions::from_mode(mode))
+            .tempdir_in(parent)?
+            .keep();
+        let lock = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path.join(OWNER_LOCK))?
+        };
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+        Ok(OwnedDir { path, _lock: Some(lock) })
+    }
+}
 
 impl Drop for OwnedDir {
     /// Workspaces may be tmpfs mounts; a mount left behind (an actor that
     /// did not get to delete its folder) would outlive the process, so any
     /// mount beneath the folder is detached before the folder is removed.
     fn drop(&mut self) {
-        for mount in mounts_beneath(&self.0) {
-            let _ = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH);
-        }
-        let _ = std::fs::remove_dir_all(&self.0);
+        remove_with_mounts(&self.path);
     }
+}
+
+fn remove_with_mounts(folder: &Path) {
+    for mount in mounts_beneath(folder) {
+        let _ = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH);
+    }
+    let _ = std::fs::remove_dir_all(folder);
+}
+
+/// Removes the folders `prefix*` in `parent` that a dead process of ours
+/// left: each is a real folder (not a link) owned by this user, with an
+/// [`OWNER_LOCK`] nobody holds. A live server's folder is locked and stays;
+/// a folder without the lock file (another program's, or one being made
+/// this instant) is never touched. Returns how many went.
+pub fn sweep_stale(parent: &Path, prefix: &str) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
+    let me = rustix::process::geteuid().as_raw();
+    let mut swept = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let named = entry.file_name().to_str().is_some_and(|name| name.starts_with(prefix));
+        // `symlink_metadata`: a link named like ours is not followed.
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_dir() && meta.uid() == me);
+        if !named || !ours {
+            continue;
+        }
+        let lock = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path.join(OWNER_LOCK))
+        };
+        let Ok(lock) = lock else { continue };
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
+        tracing::info!(folder = %path.display(), "removing a folder a stopped skillhost left behind");
+        remove_with_mounts(&path);
+        swept += 1;
+    }
+    swept
 }
 
 /// Mount points at or under `folder`, from this process's mount table.
@@ -87,15 +156,12 @@ fn mounts_beneath(folder: &Path) -> Vec<PathBuf> {
 /// The server's own folder under `parent`: a random name (`skillhost-…`),
 /// made with `mkdir` so an existing one is never reused, mode 0711 so the
 /// sandbox uids can pass through to their workspaces but list nothing.
+/// What a server killed before it could clean up left there goes first.
 pub fn own_folder(parent: &Path) -> std::io::Result<(PathBuf, OwnedDir)> {
     std::fs::create_dir_all(parent)?;
     let parent = parent.canonicalize()?;
-    let dir = tempfile::Builder::new()
-        .prefix("skillhost-")
-        .permissions(std::fs::Permissions::from_mode(0o711))
-        .tempdir_in(&parent)?
-        .keep();
-    Ok((dir.clone(), OwnedDir(dir)))
+    let dir = OwnedDir::make(&parent, "skillhost-", 0o711)?;
+    Ok((dir.path.clone(), dir))
 }
 
 /// The helper is this very binary. Without a profile folder, the shipped
@@ -106,7 +172,7 @@ pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedD
         Some(dir) => (dir, None),
         None => {
             let dir = shipped_profile_dir()?;
-            (dir.clone(), Some(OwnedDir(dir)))
+            (dir.path.clone(), Some(dir))
         }
     };
     Ok((Launcher { helper, profile_dir, cgroups: None }, owned))
@@ -334,3 +400,44 @@ pub fn doctor(args: DoctorArgs) -> Result<(String, bool), OperatorError> {
 /// What sharing the host's network means, for the doctor's note.
 const HOST_NETWORK_NOTE: &str =
     "its loopback services, this server's API included, and its link-local addresses are reachable";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_folders_of_dead_processes_are_swept() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = OwnedDir::make(parent.path(), "skillhost-", 0o711).unwrap();
+        // A dead server's folder: the lock file is there, nobody holds it.
+        let dead = parent.path().join("skillhost-dead");
+        std::fs::create_dir_all(dead.join("workspaces/ws-1")).unwrap();
+        std::fs::write(dead.join(OWNER_LOCK), b"").unwrap();
+        std::fs::write(dead.join("workspaces/ws-1/left.txt"), b"x").unwrap();
+        // Not ours to judge: no lock file, another prefix, and a link
+        // named like ours pointing at a folder with a free lock.
+        let unlocked = parent.path().join("skillhost-making");
+        std::fs::create_dir(&unlocked).unwrap();
+        let other = parent.path().join("another-dead");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join(OWNER_LOCK), b"").unwrap();
+        let target = tempfile::tempdir().unwrap();
+        std::fs::write(target.path().join(OWNER_LOCK), b"").unwrap();
+        std::fs::write(target.path().join("keep.txt"), b"kept").unwrap();
+        std::os::unix::fs::symlink(target.path(), parent.path().join("skillhost-link")).unwrap();
+
+        assert_eq!(sweep_stale(parent.path(), "skillhost-"), 1);
+        assert!(!dead.exists(), "the dead server's folder went");
+        assert!(live.path.exists(), "a live server's folder stays");
+        assert!(unlocked.exists() && other.exists());
+        assert!(target.path().join("keep.txt").exists(), "a link is never followed");
+        // A new folder sweeps as it is made; the live one still stays.
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join(OWNER_LOCK), b"").unwrap();
+        let next = OwnedDir::make(parent.path(), "skillhost-", 0o711).unwrap();
+        assert!(!dead.exists() && live.path.exists() && next.path.exists());
+        let gone = live.path.clone();
+        drop(live);
+        assert!(!gone.exists());
+    }
+}

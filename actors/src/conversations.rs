@@ -152,6 +152,14 @@ impl Conversations {
         Some(entry.workspace.get_or_insert(workspace).clone())
     }
 
+    /// Copies the regular files of the conversation's folder out (see
+    /// `workspace::snapshot`), after the call it is answering, if any;
+    /// `None` when it has no folder.
+    pub async fn snapshot(&self, id: &str, max_bytes: u64) -> Option<crate::workspace::snapshot::Snapshot> {
+        let workspace = self.entries().get(id)?.workspace.clone()?;
+        ractor::call!(workspace, |reply| WorkspaceMsg::Snapshot { max_bytes, reply }).ok().flatten()
+    }
+
     /// Forgets a conversation; its folder goes once the call it is
     /// answering ends.
     pub fn close(&self, id: &str) -> bool {

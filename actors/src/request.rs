@@ -24,6 +24,10 @@ pub struct ChatRequest {
     /// A conversation whose workspace outlives this request (Web UI);
     /// `None` gives the request a workspace of its own.
     pub conversation: Option<String>,
+    /// Files to write into the conversation's workspace when this request
+    /// makes it anew (kept from before its folder went; see
+    /// `workspace::snapshot`).
+    pub restore: Option<std::sync::Arc<Vec<crate::workspace::snapshot::SavedFile>>>,
     /// Whether the model may delegate to child agents; `None` uses the
     /// server's setting, `Some(false)` turns it off for this request.
     pub multi_agent: Option<bool>,

@@ -428,6 +428,61 @@ async fn a_web_ui_conversation_keeps_its_workspace_until_closed() {
 }
 
 #[actix_web::test]
+async fn a_conversations_files_come_back_after_a_restart_and_its_links_never_do() {
+    let state_dir = tempfile::tempdir().unwrap();
+    // A command leaves a file, a script, a link to a host file and a FIFO.
+    let leave = "mkdir -p out && printf 'step one\\n' > out/plan.txt && printf 'echo ran\\n' > run.sh \
+        && chmod +x run.sh && ln -s /etc/passwd passwd-link && mkfifo pipe && echo made";
+    let first = vec![call("shell", json!({"command": leave})), "Saved.".to_string()];
+    let id = {
+        let harness =
+            start(TestServer::scripted(first).code_exec().settings(code_settings()).state_dir(state_dir.path())).await;
+        let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+        let body = json!({"messages": [{"role": "user", "content": "Save a plan."}]});
+        let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
+        let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+        let done = crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap();
+        assert_eq!(done["done"], true, "{text}");
+        assert!(harness.backend.prompts().last().unwrap().contains("made"));
+        done["conversationId"].as_str().unwrap().to_string()
+    };
+    // Only the regular files were kept.
+    let store = skillhost_actors::store::Store::open(state_dir.path(), Default::default()).unwrap();
+    let kept = store
+        .run_here(|conn| {
+            let owner: String =
+                conn.query_row("SELECT owner FROM webui_conversations WHERE id = ?1", [&id], |row| row.get(0))?;
+            skillhost_actors::store::webui::files(conn, &owner, &id)
+        })
+        .unwrap();
+    let paths: Vec<&str> = kept.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["out/plan.txt", "run.sh"]);
+    drop(store);
+
+    let second = vec![
+        call("shell", json!({"command": "cat out/plan.txt && sh run.sh && stat -c mode=%a run.sh && ls -a"})),
+        "It says step one.".to_string(),
+    ];
+    let harness =
+        start(TestServer::scripted(second).code_exec().settings(code_settings()).state_dir(state_dir.path())).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({
+        "messages": [
+            {"role": "user", "content": "Save a plan."},
+            {"role": "assistant", "content": "Saved."},
+            {"role": "user", "content": "What does it say?"},
+        ],
+        "conversationId": id,
+    });
+    let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
+    let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+    assert_eq!(crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap()["conversationId"], id.as_str());
+    let last = harness.backend.prompts().pop().unwrap();
+    assert!(last.contains("step one") && last.contains("ran") && last.contains("mode=755"), "{last}");
+    assert!(!last.contains("passwd-link") && !last.contains("pipe"), "a link or a FIFO came back: {last}");
+}
+
+#[actix_web::test]
 async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
     let outputs = vec![call("shell", json!({"command": "sleep 1; echo slept"})), "Done.".to_string()];
     // A keep-alive far shorter than the command.

@@ -507,6 +507,7 @@ impl ChatCompletionRequest {
                 multi_agent: self.multi_agent,
                 temperature_set: temperature.is_some(),
                 conversation: None,
+                restore: None,
                 surface: spelling.surface,
             },
             stream: self.stream,

@@ -191,6 +191,9 @@ async fn start_chat(
     apply_tool_choice_header(request, &mut wire)?;
     let mut validated = wire.validate_as(&info.id, &SPELLING)?;
     validated.request.conversation = Some(conversation.clone());
+    if stored.is_some() {
+        validated.request.restore = files_to_restore(state, &caller, &conversation).await;
+    }
     let last_event = stored.as_ref().map_or(0, |stored| stored.last_event);
     let Some((turn, registration)) = state.webui_turns.begin(&state.background, &conversation, &caller, last_event)
     else {
@@ -293,7 +296,18 @@ async fn stored_conversation(
     })
 }
 
-/// Writes the end of a turn: the messages it was sent and its answer.
+/// The most bytes of files a conversation keeps: its workspace's size cap
+/// (`--workspace-max-bytes`), and at most an eighth of the store's
+/// (`--state-max-bytes`), so one conversation cannot push out the rest.
+fn kept_files_budget(state: &AppState) -> Option<u64> {
+    let exec = state.server.exec()?;
+    let workspace = exec.workspaces.size_cap.unwrap_or(skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES);
+    Some(workspace.min(state.store.retention().max_bytes / 8))
+}
+
+/// Writes the end of a turn: the messages it was sent and its answer, and
+/// the files its workspace holds now (copied out through the workspace's
+/// handle), in one transaction.
 async fn save_end(
     app: web::Data<AppState>,
     owner: String,
@@ -306,10 +320,41 @@ async fn save_end(
     if let Some(messages) = body["messages"].as_array_mut() {
         messages.push(message);
     }
-    let written =
-        app.store.run(move |conn| webui_store::end_turn(conn, &owner, &id, &body, last_event, None, unix_now())).await;
+    let files = match kept_files_budget(&app) {
+        Some(budget) => app.server.conversations().snapshot(&id, budget).await,
+        None => None,
+    };
+    if let Some(snapshot) = files.as_ref().filter(|snapshot| snapshot.left_out > 0) {
+        tracing::warn!(conversation = %id, left_out = snapshot.left_out, "files past the kept budget were not kept");
+    }
+    let written = app
+        .store
+        .run(move |conn| {
+            let files = files.as_ref().map(|snapshot| snapshot.files.as_slice());
+            webui_store::end_turn(conn, &owner, &id, &body, last_event, files, unix_now())
+        })
+        .await;
     if let Err(err) = written {
         tracing::error!("the end of a Web UI turn was not stored: {err}");
+    }
+}
+
+/// The files kept for a conversation that has no folder now (it went with
+/// a restart, or the conversation was pushed out), for its next request
+/// to write into the folder it makes.
+async fn files_to_restore(state: &AppState, caller: &str, id: &str) -> Option<Arc<Vec<webui_store::SavedFile>>> {
+    kept_files_budget(state)?;
+    if state.server.conversations().workspace(id).is_some() {
+        return None;
+    }
+    let (owner, id) = (caller.to_string(), id.to_string());
+    match state.store.run(move |conn| webui_store::files(conn, &owner, &id)).await {
+        Ok(files) if !files.is_empty() => Some(Arc::new(files)),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::error!("a conversation's kept files could not be read: {err}");
+            None
+        }
     }
 }
 

@@ -9,9 +9,12 @@ const $ = (id) => document.getElementById(id);
 
 // Everything the chat view remembers between turns.
 const chat = {
-  // Messages sent with every turn: the server keeps no transcript of its own.
+  // Messages sent with every turn. The server keeps a copy with each
+  // conversation, which is where a reloaded page gets them back from.
   history: [],
-  // The id the previous turn's final frame named, sent back with the next turn.
+  // The id the server issued (the first frame of a turn names it), sent
+  // back with the next turn and kept in sessionStorage, so a reload opens
+  // the same conversation.
   conversationId: null,
   // The AbortController of the turn that is running, or null.
   controller: null,
@@ -29,6 +32,12 @@ const chat = {
 // (which any page could make the browser send) and never in a URL (which
 // ends up in logs and history).
 const KEY_STORAGE = 'skillhost.key';
+// The conversation the tab has open: a reload opens it again; another tab
+// starts with a new chat and picks any conversation from the list.
+const CONVERSATION_STORAGE = 'skillhost.conversation';
+// How often a turn whose connection dropped tries to read its frames again
+// before the page gives up on it (the turn itself runs on in the server).
+const REATTACH_TRIES = 5;
 const auth = {
   key: sessionStorage.getItem(KEY_STORAGE),
   // 'admin', 'user' or null (GET /api/whoami).
@@ -160,7 +169,7 @@ async function signIn(event) {
   sessionStorage.setItem(KEY_STORAGE, key);
   $('sign-in-key').value = '';
   $('sign-in').hidden = true;
-  loadModels();
+  loadModels().then(restoreConversations);
   if (location.hash === '#skills') loadSkills();
 }
 
@@ -266,23 +275,125 @@ function renderPicker(skills) {
 // ---------------------------------------------------------------------------
 // Chat
 
+// A new, empty conversation. The one that was open stays on the server
+// (its turn, if one runs, goes on) and in the list.
 function newConversation() {
-  stopTurn();
-  // The server keeps a conversation's working folder between turns; say
-  // that this one is over so it can go now rather than when it expires.
-  if (chat.conversationId) {
-    fetch(`/api/conversations/${encodeURIComponent(chat.conversationId)}`, withKey({ method: 'DELETE' })).catch(() => {});
-  }
+  detachTurn();
   chat.epoch += 1;
+  setConversation(null);
   chat.history = [];
-  chat.conversationId = null;
   $('messages').replaceChildren($('empty-chat'));
   $('empty-chat').hidden = false;
   clearActivity();
+  loadConversations();
 }
 
+function setConversation(id) {
+  chat.conversationId = id;
+  if (id) sessionStorage.setItem(CONVERSATION_STORAGE, id);
+  else sessionStorage.removeItem(CONVERSATION_STORAGE);
+  $('delete-chat').hidden = !id;
+  $('conversation-list').value = id ?? '';
+}
+
+function conversationPath(id, rest = '') {
+  return `/api/conversations/${encodeURIComponent(id)}${rest}`;
+}
+
+// Stops reading the running turn's frames without stopping the turn.
+function detachTurn() {
+  if (chat.controller) {
+    chat.controller.detached = true;
+    chat.controller.abort();
+  }
+}
+
+// Stop: the server ends the turn (keeping what it said); the page stops
+// reading at once.
 function stopTurn() {
-  chat.controller?.abort();
+  if (!chat.controller) return;
+  if (chat.conversationId) {
+    fetch(conversationPath(chat.conversationId, '/turn'), withKey({ method: 'DELETE' })).catch(() => {});
+  }
+  chat.controller.abort();
+}
+
+// The conversation picker: the caller's conversations, the most recent first.
+async function loadConversations() {
+  let listing;
+  try {
+    listing = await fetchJson('/api/conversations');
+  } catch {
+    return;
+  }
+  const list = $('conversation-list');
+  const options = [new Option('New chat', '')];
+  for (const conversation of listing.data ?? []) {
+    const option = new Option(conversation.running ? `${conversation.title} (running)` : conversation.title, conversation.id);
+    options.push(option);
+  }
+  list.replaceChildren(...options);
+  list.value = chat.conversationId ?? '';
+  list.hidden = options.length === 1;
+}
+
+// Opens a stored conversation: its messages, its skills, and its running
+// turn, whose frames the page reads from the first.
+async function openConversation(id) {
+  if (!id) {
+    newConversation();
+    return;
+  }
+  let stored;
+  try {
+    stored = await fetchJson(conversationPath(id));
+  } catch (error) {
+    if (error.status === 404 && id === sessionStorage.getItem(CONVERSATION_STORAGE)) setConversation(null);
+    return;
+  }
+  detachTurn();
+  chat.epoch += 1;
+  clearActivity();
+  setConversation(id);
+  $('messages').replaceChildren($('empty-chat'));
+  $('empty-chat').hidden = true;
+  for (const box of $('skill-options').querySelectorAll('input[type=checkbox]')) {
+    box.checked = (stored.skills ?? []).includes(box.value);
+  }
+  if (typeof stored.skills_discovery === 'boolean') $('discovery').checked = stored.skills_discovery;
+  const messages = stored.messages ?? [];
+  chat.history = historyOf(messages, stored.running);
+  for (const message of messages) {
+    if (message.role === 'user') appendUserMessage(message.content ?? '');
+    else if (message.role === 'assistant') showStoredAnswer(message);
+  }
+  $('empty-chat').hidden = messages.length > 0;
+  if (stored.running) followTurn(chat.epoch, appendAssistantMessage(), 0);
+}
+
+// What the next turn sends: the stored messages, less the turns that
+// ended with no text (so two user messages never follow each other) and
+// the running turn's own message (its answer joins the history when it ends).
+function historyOf(messages, running) {
+  const history = [];
+  for (const message of messages) {
+    if (message.role === 'assistant' && !message.content) history.pop();
+    else history.push({ role: message.role, content: message.content ?? '' });
+  }
+  if (running && history.at(-1)?.role === 'user') chat.pendingUser = history.pop();
+  else chat.pendingUser = null;
+  return history;
+}
+
+function showStoredAnswer(message) {
+  const view = appendAssistantMessage();
+  view.setContent(message.content ?? '');
+  if (message.reasoning) view.setReasoning(message.reasoning);
+  view.addArtifacts(message.artifacts);
+  if (message.error) view.fail(sentence(message.error));
+  else if (message.note === 'stopped') view.stop();
+  else if (message.note) view.fail(sentence(message.note));
+  else view.finish(message);
 }
 
 function setRunning(controller) {
@@ -473,10 +584,11 @@ function requestBody() {
   return body;
 }
 
-// Server-sent events over fetch (EventSource cannot POST). Frames are
-// "data:" lines ended by a blank line; lines starting with ":" are
-// keep-alive comments.
-async function* readFrames(stream) {
+// Server-sent events over fetch (EventSource cannot POST). Frames are an
+// "id:" line and "data:" lines ended by a blank line; lines starting with
+// ":" are keep-alive comments. `seen.id` follows the last frame's id, from
+// which a dropped connection reads on.
+async function* readFrames(stream, seen) {
   const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   let data = [];
@@ -505,6 +617,9 @@ async function* readFrames(stream) {
           if (frame) yield frame;
         } else if (line.startsWith('data:')) {
           data.push(line.slice(line[5] === ' ' ? 6 : 5));
+        } else if (line.startsWith('id:')) {
+          const id = Number.parseInt(line.slice(3), 10);
+          if (Number.isFinite(id)) seen.id = id;
         }
       }
     }
@@ -541,18 +656,87 @@ function applyFrame(frame, turn, view) {
     noteAgent(agentId, 'working', [tool, detail].filter(Boolean).join(' '));
     if (frame.tool_progress.phase === 'finished') view.addArtifacts(frame.tool_progress.files);
   }
+  if (typeof frame.conversationId === 'string' && !frame.done) {
+    turn.conversationId = frame.conversationId;
+    if (turn.epoch === chat.epoch && chat.conversationId !== frame.conversationId) {
+      setConversation(frame.conversationId);
+      loadConversations();
+    }
+  }
   if (frame.error) {
     view.fail(sentence(typeof frame.error === 'string' ? frame.error : frame.error.message));
     turn.ended = true;
     return true;
   }
+  if (frame.stopped) {
+    if (frame.note && frame.note !== 'stopped') view.fail(sentence(frame.note));
+    else view.stop();
+    turn.ended = true;
+    return true;
+  }
   if (frame.done) {
     turn.ended = true;
-    turn.conversationId = frame.conversationId ?? null;
+    turn.answered = true;
+    turn.conversationId = frame.conversationId ?? turn.conversationId;
     view.finish(frame);
     return true;
   }
   return false;
+}
+
+// Reads a turn's frames from `response`, and when the connection drops
+// before the end (lost network, a server restart in between) reads on
+// from the last frame seen. Returns the turn's state.
+async function readTurn(response, turn, view, controller) {
+  const seen = { id: turn.after ?? 0 };
+  let tries = 0;
+  for (;;) {
+    try {
+      for await (const frame of readFrames(response.body, seen)) {
+        if (applyFrame(frame, turn, view)) return turn;
+      }
+    } catch (error) {
+      if (controller.signal.aborted) throw error;
+    }
+    if (turn.ended || !turn.conversationId || tries >= REATTACH_TRIES) break;
+    tries += 1;
+    await new Promise((resolve) => setTimeout(resolve, 500 * tries));
+    if (controller.signal.aborted) throw new DOMException('stopped', 'AbortError');
+    try {
+      response = await request(conversationPath(turn.conversationId, `/events?after=${seen.id}`), { signal: controller.signal });
+    } catch (error) {
+      if (controller.signal.aborted) throw error;
+      if (error.status === 404) break;
+    }
+  }
+  if (!turn.ended) view.fail('The connection closed before the answer was complete.');
+  return turn;
+}
+
+// Reads the running turn of a conversation the page opened (a reload, a
+// second tab) from the frame after `after`.
+async function followTurn(epoch, view, after) {
+  const controller = new AbortController();
+  setRunning(controller);
+  const turn = { content: '', reasoning: '', ended: false, conversationId: chat.conversationId, epoch, after };
+  try {
+    const response = await request(conversationPath(chat.conversationId, `/events?after=${after}`), { signal: controller.signal });
+    await readTurn(response, turn, view, controller);
+  } catch (error) {
+    if (controller.signal.aborted && !controller.detached) view.stop();
+    else if (!controller.signal.aborted) view.fail(error.message);
+  } finally {
+    if (chat.controller === controller) {
+      clearActivity();
+      setRunning(null);
+    }
+    if (epoch === chat.epoch) {
+      const user = chat.pendingUser;
+      chat.pendingUser = null;
+      if (turn.content && user) chat.history.push(user, { role: 'assistant', content: turn.content });
+      loadConversations();
+    }
+  }
 }
 
 async function sendPrompt() {
@@ -567,7 +751,7 @@ async function sendPrompt() {
   const view = appendAssistantMessage();
   const controller = new AbortController();
   setRunning(controller);
-  const turn = { content: '', reasoning: '', ended: false, conversationId: null };
+  const turn = { content: '', reasoning: '', ended: false, conversationId: null, epoch };
   try {
     const response = await request('/api/chat', {
       method: 'POST',
@@ -575,24 +759,42 @@ async function sendPrompt() {
       body: JSON.stringify(requestBody()),
       signal: controller.signal,
     });
-    for await (const frame of readFrames(response.body)) {
-      if (applyFrame(frame, turn, view)) break;
-    }
-    if (!turn.ended) view.fail('The connection closed before the answer was complete.');
+    await readTurn(response, turn, view, controller);
   } catch (error) {
-    if (controller.signal.aborted) view.stop();
-    else view.fail(error.message);
+    if (controller.signal.aborted && !controller.detached) view.stop();
+    else if (!controller.signal.aborted) view.fail(error.message);
   } finally {
-    clearActivity();
-    setRunning(null);
+    if (chat.controller === controller) {
+      clearActivity();
+      setRunning(null);
+    }
     if (epoch === chat.epoch) {
       // A turn that produced no text is dropped from the history, so the
       // next request does not carry two user messages in a row.
-      if (turn.content || turn.conversationId) chat.history.push({ role: 'assistant', content: turn.content });
+      if (turn.content) chat.history.push({ role: 'assistant', content: turn.content });
       else chat.history.pop();
-      if (turn.conversationId) chat.conversationId = turn.conversationId;
+      loadConversations();
     }
   }
+}
+
+// After a (re)load: the list, and the conversation this tab had open.
+function restoreConversations() {
+  loadConversations();
+  const open = sessionStorage.getItem(CONVERSATION_STORAGE);
+  if (open && open !== chat.conversationId) openConversation(open);
+}
+
+async function deleteConversation() {
+  const id = chat.conversationId;
+  if (!id || !window.confirm('Delete this conversation, its messages and its files?')) return;
+  try {
+    await fetchJson(conversationPath(id), { method: 'DELETE' });
+  } catch (error) {
+    window.alert(error.message);
+    return;
+  }
+  newConversation();
 }
 
 function fitPrompt() {
@@ -838,6 +1040,10 @@ function start() {
     }
   });
   $('new-chat').addEventListener('click', newConversation);
+  $('conversation-list').addEventListener('change', (event) => openConversation(event.target.value));
+  $('delete-chat').addEventListener('click', deleteConversation);
+  // Another tab may have started a conversation meanwhile.
+  window.addEventListener('focus', loadConversations);
   // Another selection is another conversation: the model's context differs.
   $('skill-options').addEventListener('change', newConversation);
   $('discovery').addEventListener('change', newConversation);
@@ -867,7 +1073,7 @@ function start() {
       return;
     }
     showView();
-    loadModels();
+    loadModels().then(restoreConversations);
   });
 }
 

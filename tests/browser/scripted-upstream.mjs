@@ -13,6 +13,9 @@
 // - LONG_PROMPT: LONG_ANSWER, one word every LONG_WORD_MS (a minute in
 //   all), stopped as soon as the caller goes away; `longAnswers` counts
 //   the answers begun and those abandoned before their end.
+// - RELOAD_PROMPT: RELOAD_ANSWER, one word every LONG_WORD_MS (eight
+//   seconds in all): long enough to reload the page, or kill the server,
+//   while it streams.
 // - anything else: the request's own model starts two agents, waits until
 //   both reports are in, and answers. Each child (its first message names
 //   it) lists the skills, then reports. Every child answer comes after
@@ -32,6 +35,8 @@ export const FILE_ANSWER = 'The notes file is written.';
 export const LONG_PROMPT = 'Scripted: write a long answer slowly.';
 export const LONG_ANSWER = Array.from({ length: 600 }, (_, i) => `word${i + 1}`).join(' ');
 const LONG_WORD_MS = 100;
+export const RELOAD_PROMPT = 'Scripted: write a medium answer slowly.';
+export const RELOAD_ANSWER = Array.from({ length: 80 }, (_, i) => `part${i + 1}`).join(' ');
 
 // Long answers begun and those whose caller left before their end.
 export const longAnswers = { begun: 0, abandoned: 0 };
@@ -78,6 +83,7 @@ function next(request) {
     const asked = text(messages.findLast((m) => m.role === 'user') ?? {});
     if (asked.includes(FILE_PROMPT)) return writeFile(messages, request.tools);
     if (asked.includes(LONG_PROMPT)) return { slow: LONG_ANSWER };
+    if (asked.includes(RELOAD_PROMPT)) return { slow: RELOAD_ANSWER };
   }
   if (agent !== '/root') {
     if (round === 0) return { calls: [call(`call_${agent}_list`, 'skills_list', {})], delay: CHILD_DELAY_MS };

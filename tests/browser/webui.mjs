@@ -3,8 +3,8 @@
 // through playwright-core, and checks chat turns, the current-activity
 // panel, stopping, the skills page, artifact downloads, Markdown safety,
 // the layout at phone and desktop widths, cross-origin refusals, signing
-// in on a server with keys, a llama-server upstream, and a turn with two
-// child agents.
+// in on a server with keys, a llama-server upstream, a turn with two
+// child agents, and a turn that outlives a reload and a kill -9.
 //
 // No step's outcome depends on free text from the small real model: its
 // words differ by host (the prompt describes the host's sandbox) and by
@@ -28,7 +28,7 @@
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -37,7 +37,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 import {
-  FILE_ANSWER, FILE_CONTENT, FILE_PATH, FILE_PROMPT, LONG_ANSWER, LONG_PROMPT, longAnswers, startScriptedUpstream,
+  FILE_ANSWER, FILE_CONTENT, FILE_PATH, FILE_PROMPT, LONG_ANSWER, LONG_PROMPT, RELOAD_ANSWER, RELOAD_PROMPT, longAnswers,
+  startScriptedUpstream,
 } from './scripted-upstream.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -165,23 +166,47 @@ async function stopProcess(child) {
   }
 }
 
+// A TCP port nothing listens on now.
+function freePort() {
+  return new Promise((found) => {
+    const probe = createServer();
+    probe.listen(0, '127.0.0.1', () => {
+      const { port: free } = probe.address();
+      probe.close(() => found(free));
+    });
+  });
+}
+
+// Each started server's process, by its address.
+const serverProcesses = new Map();
+
 // `source` is how the server gets its model: the GGUF by default, or
-// `['--upstream', url]` to front an inference server.
-async function startServer(extraArgs = [], source = ['--model', MODEL]) {
+// `['--upstream', url]` to front an inference server. `at` starts it on a
+// given port, state folder and workspace folder (a restart finds what the
+// one before kept, and clears what it left).
+async function startServer(extraArgs = [], source = ['--model', MODEL], at = {}) {
   check(existsSync(BINARY), `the server binary ${BINARY} is missing; build it with: cargo build --release`);
   check(existsSync(MODEL), `the model ${MODEL} is missing; fetch it with: make model`);
   const installDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-installed-'));
   cleanups.push(() => rm(installDir, { recursive: true, force: true }));
   // The sandbox user must be able to pass through the workspace folder.
-  const workspaceDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-workspace-'));
-  await chmod(workspaceDir, 0o755);
-  cleanups.push(() => rm(workspaceDir, { recursive: true, force: true }));
+  let workspaceDir = at.workspaceDir;
+  if (!workspaceDir) {
+    const made = await mkdtemp(join(tmpdir(), 'skillhost-webui-workspace-'));
+    await chmod(made, 0o755);
+    cleanups.push(() => rm(made, { recursive: true, force: true }));
+    workspaceDir = made;
+  }
   // State of its own, never the host's state folder.
-  const stateDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-state-'));
-  cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
+  let stateDir = at.stateDir;
+  if (!stateDir) {
+    const made = await mkdtemp(join(tmpdir(), 'skillhost-webui-state-'));
+    cleanups.push(() => rm(made, { recursive: true, force: true }));
+    stateDir = made;
+  }
 
   const args = [
-    'serve', '--host', '127.0.0.1', '--port', '0',
+    'serve', '--host', '127.0.0.1', '--port', String(at.port ?? 0),
     ...source, '--ctx-size', '8192', '--parallel', '2',
     '--skills-dir', join(REPO, 'skills'), '--skills-install-dir', installDir,
     '--code-exec', '--workspace-dir', workspaceDir, '--state-dir', stateDir,
@@ -229,6 +254,7 @@ async function startServer(extraArgs = [], source = ['--model', MODEL]) {
     check(Date.now() < deadline, `GET /health did not answer 200 within ${MODEL_LOAD_TIMEOUT_MS / 1000} s`);
     await sleep(500);
   }
+  serverProcesses.set(address, child);
   return address;
 }
 
@@ -837,6 +863,95 @@ async function run() {
     }
   });
 
+  await step(13, 'a turn runs on through a reload and shows in a second tab; after kill -9 the conversation comes back and continues', async () => {
+    // While the server is down, the page's tries to read on fail, and the
+    // new server knows no turn from before its start.
+    expected.push({ url: /\/api\/conversations/, text: /ERR_CONNECTION_REFUSED|404|Failed to load resource/ });
+    const upstream = await startScriptedUpstream();
+    cleanups.push(upstream.close);
+    const stateDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-restart-'));
+    cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
+    const workspaceDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-restart-workspace-'));
+    await chmod(workspaceDir, 0o755);
+    cleanups.push(() => rm(workspaceDir, { recursive: true, force: true }));
+    const at = { stateDir, workspaceDir, port: await freePort() };
+    const source = ['--upstream', `${upstream.url},mode=chat`];
+    let address = await startServer([], source, at);
+    const opened = async (tab) => {
+      await tab.goto(`${address}/`);
+      await tab.waitForFunction(() => /scripted-agents/.test(document.getElementById('model-info').textContent));
+    };
+    const counts = (tab) => tab.evaluate(() => ({
+      user: document.querySelectorAll('.message.user').length,
+      assistant: document.querySelectorAll('.message.assistant').length,
+    }));
+    const finished = async (tab, text, what) => {
+      await waitForTurnEnd(tab, SCRIPTED_TURN_TIMEOUT_MS);
+      const done = await lastAssistant(tab);
+      check(done.state === 'done' && done.text.trim() === text, `${what}: ${describe(done)}`);
+    };
+    const first = await context.newPage();
+    watchProblems(first);
+    const second = await context.newPage();
+    watchProblems(second);
+    try {
+      await opened(first);
+      await send(first, RELOAD_PROMPT);
+      await first.waitForFunction(() => {
+        const all = document.querySelectorAll('.message.assistant');
+        return all[all.length - 1].querySelector('.body').textContent.includes('part3');
+      }, null, { timeout: SCRIPTED_TURN_TIMEOUT_MS });
+      const id = await first.evaluate(() => sessionStorage.getItem('skillhost.conversation'));
+      check(/^c-[0-9a-f]{32}$/.test(id ?? ''), `the page did not keep the conversation id: ${id}`);
+
+      // The reload closes the turn's connection; the turn goes on, and the
+      // reloaded page finds it running and shows the rest live.
+      await first.reload();
+      await first.waitForFunction(() => {
+        const all = document.querySelectorAll('.message.assistant');
+        return document.querySelectorAll('.message.user').length === 1 && all.length === 1 && all[0].dataset.state === 'running';
+      }, null, { timeout: SCRIPTED_TURN_TIMEOUT_MS });
+      // A second tab opens a new chat, and sees the same turn once picked.
+      await opened(second);
+      check((await counts(second)).user === 0, 'a second tab did not start with a new chat');
+      await second.waitForSelector(`#conversation-list option[value="${id}"]`, { state: 'attached' });
+      await second.selectOption('#conversation-list', id);
+      await finished(first, RELOAD_ANSWER, 'the reloaded page did not show the turn to its end');
+      await finished(second, RELOAD_ANSWER, 'the second tab did not show the same turn to its end');
+
+      // A turn cut by kill -9 ends with a note after the restart; the
+      // finished one before it is back as it was.
+      await send(first, RELOAD_PROMPT);
+      await first.waitForFunction(() => {
+        const all = document.querySelectorAll('.message.assistant');
+        return all.length === 2 && all[1].querySelector('.body').textContent.includes('part2');
+      }, null, { timeout: SCRIPTED_TURN_TIMEOUT_MS });
+      const child = serverProcesses.get(address);
+      const exited = new Promise((done) => child.once('exit', done));
+      child.kill('SIGKILL');
+      await exited;
+      address = await startServer([], source, at);
+      // The killed server's folder (and any workspace mount in it) is gone.
+      const folders = (await readdir(workspaceDir)).filter((name) => name.startsWith('skillhost-'));
+      check(folders.length === 1, `the killed server left its folder behind: ${folders.join(', ')}`);
+      await opened(first);
+      await first.waitForFunction(() => document.querySelectorAll('.message.assistant').length === 2, null, { timeout: SCRIPTED_TURN_TIMEOUT_MS });
+      const restored = await first.evaluate(() => [...document.querySelectorAll('.message.assistant')].map((m) => ({
+        state: m.dataset.state, text: m.querySelector('.body').textContent.trim(), error: m.querySelector('.error-text').textContent,
+      })));
+      check(restored[0].state === 'done' && restored[0].text === RELOAD_ANSWER, `the finished turn did not come back: ${JSON.stringify(restored[0])}`);
+      check(restored[1].state === 'error' && /server stopped/.test(restored[1].error), `the cut turn has no note: ${JSON.stringify(restored[1])}`);
+      check(await first.evaluate(() => sessionStorage.getItem('skillhost.conversation')) === id, 'the restart opened another conversation');
+
+      // It continues under its id, in a workspace made again for it.
+      await send(first, FILE_PROMPT);
+      await finished(first, FILE_ANSWER, 'the restored conversation did not continue');
+      check(await first.evaluate(() => sessionStorage.getItem('skillhost.conversation')) === id, 'the next turn opened another conversation');
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
 }
 
 // llama.cpp's llama-server on the default model, from LLAMA_SERVER (what
@@ -844,13 +959,7 @@ async function run() {
 async function startLlamaServer() {
   const binary = process.env.LLAMA_SERVER;
   check(binary && existsSync(binary), 'LLAMA_SERVER must name a llama-server binary (make test builds one)');
-  const port = await new Promise((found) => {
-    const probe = createServer();
-    probe.listen(0, '127.0.0.1', () => {
-      const { port: free } = probe.address();
-      probe.close(() => found(free));
-    });
-  });
+  const port = await freePort();
   const child = spawn(binary, ['-m', MODEL, '--host', '127.0.0.1', '--port', String(port), '-c', '16384', '-np', '2', '--no-webui'], {
     stdio: ['ignore', 'ignore', 'ignore'],
   });

@@ -31,6 +31,7 @@ async fn open_workspace(
     exec: &ExecRuntime,
     conversations: &Conversations,
     conversation: Option<&str>,
+    restore: Option<Arc<Vec<crate::workspace::snapshot::SavedFile>>>,
 ) -> Result<WorkspaceRef, String> {
     if let Some(id) = conversation {
         if let Some(actor) = conversations.workspace(id) {
@@ -54,6 +55,17 @@ async fn open_workspace(
         .await
         .map_err(|err| err.to_string())?
         .map_err(|err| err.to_string())?;
+    // A conversation that continues after its folder went gets its kept
+    // files back, through the new folder's handle.
+    if let Some(files) = restore.filter(|files| !files.is_empty()) {
+        let count = files.len();
+        let written = workspace.with_handle(move |dir| crate::workspace::snapshot::restore(dir, &files)).await;
+        tracing::info!(
+            kept = count,
+            restored = written.unwrap_or(0),
+            "a conversation's files are back in its new workspace"
+        );
+    }
     match conversation {
         Some(id) => {
             // Not linked: the conversation's folder outlives this request.
@@ -116,7 +128,8 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
         // A child works in its parent's folder, through the same actor.
         workspace = seat.workspace.clone().map(|actor| WorkspaceRef { actor, own: false });
     } else if let Some(e) = exec.as_ref().filter(|e| e.code_exec && capabilities.tools) {
-        match open_workspace(myself, e, &conversations, request.conversation.as_deref()).await {
+        match open_workspace(myself, e, &conversations, request.conversation.as_deref(), request.restore.clone()).await
+        {
             Ok(opened) => workspace = Some(opened),
             Err(err) => {
                 tracing::error!(error = %err, "cannot create a request workspace; code tools are off for it");

@@ -40,13 +40,8 @@ impl WebConversation {
     }
 }
 
-/// A regular file of a conversation's workspace, by its path inside it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SavedFile {
-    pub path: String,
-    pub executable: bool,
-    pub content: Vec<u8>,
-}
+/// The files kept are what the workspace's snapshot copied out.
+pub use crate::workspace::snapshot::SavedFile;
 
 /// What the server says in the history of a turn that was running when it
 /// stopped.

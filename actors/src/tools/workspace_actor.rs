@@ -43,6 +43,10 @@ pub enum WorkspaceMsg {
         artifacts: Option<ArtifactsFor>,
         reply: RpcReplyPort<Result<Answer, ToolError>>,
     },
+    /// Copies the folder's regular files out, within `max_bytes` (a
+    /// conversation keeps them in the store at the end of each turn);
+    /// `None` once the folder is gone.
+    Snapshot { max_bytes: u64, reply: RpcReplyPort<Option<crate::workspace::snapshot::Snapshot>> },
 }
 
 pub struct WorkspaceState {
@@ -96,6 +100,19 @@ impl Actor for WorkspaceActor {
                     None => Err(ToolError::workspace_gone()),
                 };
                 let _ = reply.send(result);
+            }
+            WorkspaceMsg::Snapshot { max_bytes, reply } => {
+                let taken = match state.workspace.as_ref() {
+                    Some(workspace) => {
+                        // The server's bookkeeping and the packages the host
+                        // installed are not the conversation's work: left
+                        // out, as they are from artifacts.
+                        let skip = crate::artifacts::PRIVATE;
+                        workspace.with_handle(move |dir| crate::workspace::snapshot::take(dir, max_bytes, &skip)).await
+                    }
+                    None => None,
+                };
+                let _ = reply.send(taken);
             }
         }
         Ok(())

@@ -285,12 +285,20 @@ impl DirHandle {
 
     /// [`DirHandle::stage`], with the content copied from a reader.
     pub fn stage_from(&self, requested: &str, source: &mut dyn Read) -> Result<Staged, FsError> {
+        self.stage_with_mode(requested, source, 0o644)
+    }
+
+    /// [`DirHandle::stage_from`] with the file's mode (set on the new
+    /// file's own descriptor, before anyone else could see its name).
+    pub fn stage_with_mode(&self, requested: &str, source: &mut dyn Read, mode: u32) -> Result<Staged, FsError> {
         let (folder, leaf) = self.folder_of(requested, true)?;
         let temp = format!("{STAGING_PREFIX}{}", Alphanumeric.sample_string(&mut rand::rng(), 16));
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&folder, temp.as_str(), flags, Mode::from_raw_mode(0o644))
             .map_err(|errno| io(requested, errno.into()))?;
         let staged = Staged { folder, temp, leaf, path: requested.to_string() };
+        // The umask may have taken bits from the mode `openat` was given.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777)).map_err(|errno| io(requested, errno.into()))?;
         let mut file = File::from(fd);
         std::io::copy(source, &mut file).map_err(|err| io(requested, err))?;
         Ok(staged)

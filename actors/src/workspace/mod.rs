@@ -3,6 +3,7 @@
 
 pub mod apply_patch;
 pub mod handle;
+pub mod snapshot;
 pub mod uids;
 
 use std::path::{Path, PathBuf};
