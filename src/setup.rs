@@ -329,5 +329,6 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         store: options.store,
         background: Arc::new(http::background::Background::new(options.max_detached_turns)),
         webui_turns: http::webui_turns::Turns::default(),
+        response_streams: http::background::Streams::default(),
     }))
 }

@@ -98,6 +98,50 @@ impl Background {
     }
 }
 
+/// Most background responses whose events are kept for `GET
+/// /v1/responses/{id}?stream=true`; past it the oldest that ended go.
+pub const MAX_KEPT_STREAMS: usize = 64;
+
+/// The events of background responses, by id, while the server runs.
+#[derive(Default)]
+pub struct Streams {
+    kept: Mutex<VecDeque<(String, String, std::sync::Arc<crate::http::relay::Relay>)>>,
+}
+
+impl Streams {
+    fn kept(&self) -> std::sync::MutexGuard<'_, VecDeque<(String, String, std::sync::Arc<crate::http::relay::Relay>)>> {
+        self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keeps `owner`'s response `id`'s events; past [`MAX_KEPT_STREAMS`],
+    /// the oldest that ended go (a running one stays: its reader needs it).
+    pub fn keep(&self, id: &str, owner: &str, relay: std::sync::Arc<crate::http::relay::Relay>) {
+        let mut kept = self.kept();
+        while kept.len() >= MAX_KEPT_STREAMS {
+            match kept.iter().position(|(_, _, relay)| relay.ended()) {
+                Some(at) => {
+                    kept.remove(at);
+                }
+                None => break,
+            }
+        }
+        kept.push_back((id.to_string(), owner.to_string(), relay));
+    }
+
+    pub fn get(&self, id: &str, owner: &str) -> Option<std::sync::Arc<crate::http::relay::Relay>> {
+        self.kept().iter().find(|(i, o, _)| i == id && o == owner).map(|(_, _, relay)| relay.clone())
+    }
+
+    pub fn forget(&self, id: &str, owner: &str) {
+        self.kept().retain(|(i, o, _)| !(i == id && o == owner));
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.kept().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +174,26 @@ mod tests {
         // The pushed-out turn is no longer there to finish.
         assert!(!background.finish("a"));
         assert!(background.finish("b"));
+    }
+
+    #[test]
+    fn kept_streams_at_and_past_the_limit_drop_the_oldest_that_ended() {
+        let streams = Streams::default();
+        let relays: Vec<_> = (0..MAX_KEPT_STREAMS).map(|_| crate::http::relay::Relay::new(0, None)).collect();
+        for (n, relay) in relays.iter().enumerate() {
+            streams.keep(&format!("resp_{n}"), "o", relay.clone());
+        }
+        assert_eq!(streams.len(), MAX_KEPT_STREAMS);
+        // All running: one more is kept beside them.
+        streams.keep("resp_more", "o", crate::http::relay::Relay::new(0, None));
+        assert_eq!(streams.len(), MAX_KEPT_STREAMS + 1);
+        relays[1].end();
+        streams.keep("resp_last", "o", crate::http::relay::Relay::new(0, None));
+        assert!(streams.get("resp_1", "o").is_none(), "the oldest that ended went");
+        assert!(streams.get("resp_0", "o").is_some() && streams.get("resp_last", "o").is_some());
+        assert!(streams.get("resp_last", "someone else").is_none());
+        streams.forget("resp_last", "o");
+        assert!(streams.get("resp_last", "o").is_none());
     }
 
     #[test]

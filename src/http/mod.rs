@@ -41,6 +41,8 @@ pub struct AppState {
     /// Turns running with no client attached (background responses, Web
     /// UI turns whose pages left), bounded by `--max-detached-turns`.
     pub background: std::sync::Arc<background::Background>,
+    /// Background responses' events, for `GET /v1/responses/{id}?stream=true`.
+    pub response_streams: background::Streams,
     /// Each Web UI conversation's running or last turn, for pages that
     /// attach to it.
     pub webui_turns: webui_turns::Turns,

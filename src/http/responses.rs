@@ -9,6 +9,9 @@
 //! `item_reference` items find them, after a restart too.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
 use std::time::Instant;
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -105,12 +108,6 @@ impl ResponsesRequest {
         if self.background == Some(true) {
             if self.store == Some(false) {
                 return unsupported("background", "needs 'store': a background response is read back by its id");
-            }
-            if self.stream {
-                return unsupported(
-                    "background",
-                    "with 'stream' is not supported yet; poll GET /v1/responses/{id} for the response",
-                );
             }
         }
         if self.conversation.is_some() && self.previous_response_id.is_some() {
@@ -898,26 +895,29 @@ async fn serve(
         namespaced,
         output: Vec::new(),
     };
-    if stream {
-        let encoder = ResponsesEncoder { app: state.clone(), draft, sequence: 0, open: None, calls: Vec::new() };
-        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
-    }
     if draft.echo.background {
-        return run_in_background(state, chat, draft, started).await;
+        return run_in_background(state, chat, draft, started, stream).await;
+    }
+    if stream {
+        let encoder = ResponsesEncoder::new(state, draft, None);
+        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
     let done = collect(state, chat, peer, started).await?;
     let response = draft.finish(&done);
     Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
 }
 
-/// A `background` request: stored as `in_progress` and answered at once;
-/// the turn runs on with no client attached, and its end (or a cancel, or
-/// a newer background turn past the cap) writes its last status.
+/// A `background` request: stored as `in_progress` and answered at once
+/// (with `stream`, by its events); the turn runs on with no client
+/// attached, its events kept in a relay that `GET /v1/responses/{id}
+/// ?stream=true` reads again, and its end (or a cancel, or a newer
+/// detached turn past the cap) writes its last status.
 async fn run_in_background(
     state: &web::Data<AppState>,
     chat: skillhost_actors::ChatStream,
     draft: Draft,
     started: Instant,
+    stream: bool,
 ) -> Result<HttpResponse, ApiError> {
     let accepted = draft.clone().keep(state, draft.response(None)).await;
     if accepted["store"] == false {
@@ -934,28 +934,42 @@ async fn run_in_background(
         });
     });
     state.background.admit(&draft.id, &draft.owner, stop, pushed);
+    let relay = crate::http::relay::Relay::new(0, None);
+    state.response_streams.keep(&draft.id, &draft.owner, relay.clone());
+    let reader = stream.then(|| relay.subscribe(0, state.keep_alive));
+    let failure = Arc::new(Mutex::new(None));
+    let id = draft.id.clone();
+    let encoder = ResponsesEncoder::new(state, draft, Some(failure.clone()));
+    let frames = event_stream(state.clone(), chat, crate::http::peer::PeerWatch::detached(), started, encoder);
     let app = state.clone();
-    let turn = async move {
-        let done = collect(&app, chat, crate::http::peer::PeerWatch::detached(), started).await;
-        let id = draft.id.clone();
-        // A cancel that came first writes the status instead.
-        if !app.background.finish(&id) {
-            return;
-        }
-        match done {
-            Ok(done) => {
-                let mut draft = draft;
-                let response = draft.finish(&done);
-                draft.keep(&app, response).await;
-            }
-            Err(err) => {
-                tracing::warn!(response = %id, "a background response failed: {err}");
-                mark(&app, &id, "failed", Some(json!({"code": failed_code(&err), "message": err.to_string()}))).await;
+    let pumped = relay.clone();
+    let pump = async move {
+        futures_util::pin_mut!(frames);
+        while let Some(Ok(frame)) = frames.next().await {
+            // Readers make their own keep-alive comments.
+            if !frame.starts_with(b":") {
+                pumped.push(frame);
             }
         }
     };
-    actix_web::rt::spawn(futures_util::future::Abortable::new(turn, registration));
-    Ok(HttpResponse::Ok().json(accepted))
+    let turn = async move {
+        let outcome = futures_util::future::Abortable::new(pump, registration).await;
+        relay.end();
+        let failed = failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        // A cancel (or the cap) that came first wrote the status instead; a
+        // finished turn took itself out before it stored its response.
+        if outcome.is_ok() && app.background.finish(&id) {
+            let error = failed
+                .unwrap_or_else(|| json!({"code": "server_error", "message": "the response ended without an answer"}));
+            tracing::warn!(response = %id, "a background response failed: {}", error["message"]);
+            mark(&app, &id, "failed", Some(error)).await;
+        }
+    };
+    actix_web::rt::spawn(turn);
+    match reader {
+        Some(reader) => Ok(sse_response(reader)),
+        None => Ok(HttpResponse::Ok().json(accepted)),
+    }
 }
 
 /// Writes a stored response's status; a failure is logged (the status a
@@ -1105,6 +1119,7 @@ pub(crate) fn refuse_unknown_query(request: &HttpRequest, known: &[&str]) -> Res
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct StoredQuery {
     stream: Option<bool>,
+    starting_after: Option<String>,
     after: Option<String>,
     limit: Option<usize>,
     order: Option<String>,
@@ -1127,8 +1142,7 @@ pub(crate) fn stored_query(request: &HttpRequest, known: &[&str]) -> Result<Stor
             "after" => query.after = Some(value.clone()),
             "limit" => query.limit = Some(value.parse().map_err(|_| bad("a whole number"))?),
             "order" => query.order = Some(value.clone()),
-            // Resuming a stream needs a background response, which this
-            // server does not run yet (see `stream`).
+            "starting_after" => query.starting_after = Some(value.clone()),
             _ => {}
         }
     }
@@ -1142,15 +1156,31 @@ pub async fn retrieve(
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
     let query = stored_query(&request, &["include", "stream", "starting_after", "include_obfuscation"])?;
-    if query.stream == Some(true) {
-        return Err(ApiError::bad_param(
-            "stream",
-            "'stream' resumes the events of a background response, and this server runs none yet; retrieve the response without it",
-        )
-        .into());
-    }
     let id = owned_id(&id)?.to_string();
     let owner = Caller::of(&request);
+    if query.stream == Some(true) {
+        // Event `n` (its `sequence_number`) is the relay's frame `n + 1`.
+        let after = match &query.starting_after {
+            Some(n) => n.parse::<u64>().map(|n| n + 1).map_err(|_| {
+                ApiError::bad_param(
+                    "starting_after",
+                    format!("'starting_after' must be an event's sequence_number, got '{n}'"),
+                )
+            })?,
+            None => 0,
+        };
+        return match state.response_streams.get(&id, &owner) {
+            Some(relay) => Ok(sse_response(relay.subscribe(after, state.keep_alive))),
+            None if stored_response(&state, owner, &id).await?.is_some() => Err(ApiError::bad_param(
+                "stream",
+                format!(
+                    "the events of '{id}' are not kept: only a background response's are, until the server restarts; retrieve the response without 'stream'"
+                ),
+            )
+            .into()),
+            None => Err(no_response(&id).into()),
+        };
+    }
     match stored_response(&state, owner, &id).await? {
         Some(response) => Ok(HttpResponse::Ok().json(response)),
         None => Err(no_response(&id).into()),
@@ -1168,6 +1198,7 @@ pub async fn delete(
     let owner = Caller::of(&request);
     // A running background response stops with the record it writes to.
     state.background.cancel(&owner, &id);
+    state.response_streams.forget(&id, &owner);
     let deleted = state.store.run({
         let id = id.clone();
         move |conn| stored::delete(conn, &owner, &id)
@@ -1276,6 +1307,9 @@ struct ResponsesEncoder {
     /// The caller's calls, sent with the end: whether they are complete
     /// depends on how the request finished, which comes right after them.
     calls: Vec<ToolCall>,
+    /// A background response's: where a failure's error goes, for the
+    /// task that writes its status.
+    failure: Option<Arc<Mutex<Option<Value>>>>,
 }
 
 /// One typed event as an SSE frame.
@@ -1286,6 +1320,10 @@ fn event_frame(kind: &str, mut data: Value, sequence: u64) -> Bytes {
 }
 
 impl ResponsesEncoder {
+    fn new(state: &web::Data<AppState>, draft: Draft, failure: Option<Arc<Mutex<Option<Value>>>>) -> Self {
+        ResponsesEncoder { app: state.clone(), draft, sequence: 0, open: None, calls: Vec::new(), failure }
+    }
+
     fn event(&mut self, kind: &str, data: Value) -> Bytes {
         let frame = event_frame(kind, data, self.sequence);
         self.sequence += 1;
@@ -1426,8 +1464,13 @@ impl Encoder for ResponsesEncoder {
         let sequence = self.sequence;
         self.sequence += 1;
         let (app, draft) = (self.app.clone(), self.draft.clone());
+        let background = self.failure.is_some();
         // The last event says `store: true` only once the commit returned.
         Ending::After(Box::pin(async move {
+            // A background turn cancelled meanwhile stays cancelled.
+            if background && !app.background.finish(&draft.id) {
+                return frames;
+            }
             let response = draft.keep(&app, response).await;
             frames.push(event_frame(kind, json!({"response": response}), sequence));
             frames
@@ -1449,6 +1492,9 @@ impl Encoder for ResponsesEncoder {
         let mut response = self.draft.response(None);
         response["status"] = json!("failed");
         response["error"] = json!({"code": failed_code(err), "message": err.to_string()});
+        if let Some(failure) = &self.failure {
+            *failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(response["error"].clone());
+        }
         frames.push(self.event("response.failed", json!({"response": response})));
         frames
     }

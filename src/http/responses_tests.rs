@@ -357,8 +357,7 @@ async fn fields_it_cannot_honour_or_does_not_know_are_400s_naming_them() {
     // fields are fine; none of the refused requests reached the model.
     assert!(backend.prompts().is_empty());
     let (status, body) = send(&app, get("/v1/responses/resp_x?stream=true")).await;
-    assert_eq!(status, 400);
-    assert!(message(&body).contains("'stream' resumes the events of a background response"), "{body}");
+    assert_eq!((status, message(&body)), (404, "no stored response has the id 'resp_x'"));
 }
 
 /// An output the scripted model starts only after an hour: a turn that
@@ -430,10 +429,7 @@ async fn a_background_response_runs_on_is_polled_and_cancelled() {
     assert_eq!(status, 200, "a finished background response is answered as it is: {body}");
     let (status, body) = send(&app, cancel("resp_nothing")).await;
     assert_eq!((status, message(&body)), (404, "no stored response has the id 'resp_nothing'"));
-    for (extra, said) in [
-        (json!({"store": false}), "'background' needs 'store'"),
-        (json!({"stream": true}), "'background' with 'stream' is not supported yet"),
-    ] {
+    for (extra, said) in [(json!({"store": false}), "'background' needs 'store'")] {
         let mut body = json!({"input": "x", "background": true});
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         let (status, answer) = send(&app, post(body)).await;
@@ -464,4 +460,56 @@ async fn a_turn_cut_by_its_time_budget_says_why_and_its_answer_stays_the_models(
     assert!(last.starts_with("event: response.incomplete"), "{last}");
     assert!(last.contains(r#""incomplete_details":{"reason":"turn_timeout"}"#), "{last}");
     assert!(!text.contains("cut short"), "no note in the answer: {text}");
+}
+
+/// The `data:` objects of a Responses SSE body, in order.
+fn events_of(body: &[u8]) -> Vec<Value> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|line| line.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+#[actix_web::test]
+async fn a_background_stream_is_read_again_from_any_event() {
+    let slow =
+        ScriptedOutput { delay: std::time::Duration::from_millis(200), ..ScriptedOutput::from("Streamed later.") };
+    let (state, _) = started(TestServer::scripted([slow, ScriptedOutput::from("Plain.")])).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let response =
+        test::call_service(&app, post(json!({"input": "Go.", "background": true, "stream": true})).to_request()).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let events = events_of(&test::read_body(response).await);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"));
+    assert_eq!(kinds.last(), Some(&"response.completed"), "{kinds:?}");
+    let sequence: Vec<u64> = events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect();
+    assert_eq!(sequence, (0..events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(events[0]["response"]["background"], true);
+    let id = events[0]["response"]["id"].as_str().unwrap().to_string();
+    assert_eq!(settled(&app, &id).await["status"], "completed");
+
+    // From after event 2 to the end, as the SDK resumes a stream.
+    let again =
+        test::call_service(&app, get(&format!("/v1/responses/{id}?stream=true&starting_after=2")).to_request()).await;
+    assert_eq!(again.status().as_u16(), 200);
+    let tail = events_of(&test::read_body(again).await);
+    assert_eq!(tail.first().unwrap()["sequence_number"], 3);
+    assert_eq!(tail, events[3..].to_vec());
+    let (status, body) = send(&app, get(&format!("/v1/responses/{id}?stream=true&starting_after=soon"))).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).contains("'starting_after' must be"), "{body}");
+
+    // A response that did not run in the background keeps no events.
+    let (_, plain) = send(&app, post(json!({"input": "Hi."}))).await;
+    let (status, body) = send(&app, get(&format!("/v1/responses/{}?stream=true", plain["id"].as_str().unwrap()))).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).contains("are not kept: only a background response's are"), "{body}");
+    // Deleting the response forgets its events.
+    let deleted =
+        test::call_service(&app, test::TestRequest::delete().uri(&format!("/v1/responses/{id}")).to_request()).await;
+    assert_eq!(deleted.status().as_u16(), 200);
+    assert_eq!(state.response_streams.len(), 0);
 }

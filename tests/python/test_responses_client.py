@@ -287,6 +287,32 @@ def test_a_background_response_cut_by_kill_9_says_the_server_stopped(start_serve
         upstream.close()
 
 
+def test_a_background_stream_is_resumed_by_the_sdk_from_any_event(start_server, tmp_path):
+    from scripted_upstream import say
+
+    words = " ".join(f"part{n}" for n in range(30))
+    upstream, _, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(words), delay=0.02)
+    try:
+        stream = sdk.responses.create(model=model, input="Go.", background=True, stream=True)
+        first = []
+        for event in stream:
+            first.append(event)
+            if len(first) == 5:
+                # The client leaves mid-stream; the turn goes on.
+                stream.close()
+                break
+        response_id = first[0].response.id
+        assert first[0].type == "response.created" and first[0].response.background is True
+        resumed = list(sdk.responses.retrieve(response_id, stream=True, starting_after=first[-1].sequence_number))
+        assert resumed[0].sequence_number == first[-1].sequence_number + 1
+        assert resumed[-1].type == "response.completed", [e.type for e in resumed]
+        text = "".join(e.delta for e in first + resumed if e.type == "response.output_text.delta")
+        assert text == words == resumed[-1].response.output_text
+        assert sdk.responses.retrieve(response_id).status == "completed"
+    finally:
+        upstream.close()
+
+
 def _text(item):
     content = item.content if hasattr(item, "content") else item["content"]
     if isinstance(content, str):
