@@ -105,10 +105,8 @@ impl ResponsesRequest {
     /// says so, rather than an answer that ignored them.
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
         let unsupported = |field: &str, why: &str| Err(ApiError::bad_param(field, format!("'{field}' {why}")));
-        if self.background == Some(true) {
-            if self.store == Some(false) {
-                return unsupported("background", "needs 'store': a background response is read back by its id");
-            }
+        if self.background == Some(true) && self.store == Some(false) {
+            return unsupported("background", "needs 'store': a background response is read back by its id");
         }
         if self.conversation.is_some() && self.previous_response_id.is_some() {
             return unsupported(
