@@ -332,7 +332,7 @@ pub struct ServeArgs {
     /// Where request workspaces and artifacts live [default: the system temp folder]
     #[arg(long = "workspace-dir", env = "SKILLHOST_WORKSPACE_DIR", value_hint = ValueHint::DirPath, help_heading = SANDBOX)]
     pub workspace_dir: Option<PathBuf>,
-    /// Where stored responses live, and installed skills unless --skills-install-dir names a folder [default: /var/lib/skillhost as root, else $XDG_DATA_HOME/skillhost]
+    /// Where stored responses and conversations live (the Web UI's with their files), and installed skills unless --skills-install-dir names a folder [default: /var/lib/skillhost as root, else $XDG_DATA_HOME/skillhost]
     #[arg(long = "state-dir", env = "SKILLHOST_STATE_DIR", value_hint = ValueHint::DirPath, help_heading = STATE)]
     pub state_dir: Option<PathBuf>,
     /// Stored responses untouched this many seconds are deleted [default: 2592000, 30 days]

@@ -713,15 +713,14 @@ async function readTurn(response, turn, view, controller) {
   return turn;
 }
 
-// Reads the running turn of a conversation the page opened (a reload, a
-// second tab) from the frame after `after`.
-async function followTurn(epoch, view, after) {
+// Runs one turn into `view`: `open(signal)` makes the response whose
+// frames come first, and `settle()` puts the turn into the history once it
+// ended, unless the page moved to another conversation meanwhile.
+async function runTurn(turn, view, open, settle) {
   const controller = new AbortController();
   setRunning(controller);
-  const turn = { content: '', reasoning: '', ended: false, conversationId: chat.conversationId, epoch, after };
   try {
-    const response = await request(conversationPath(chat.conversationId, `/events?after=${after}`), { signal: controller.signal });
-    await readTurn(response, turn, view, controller);
+    await readTurn(await open(controller.signal), turn, view, controller);
   } catch (error) {
     if (controller.signal.aborted && !controller.detached) view.stop();
     else if (!controller.signal.aborted) view.fail(error.message);
@@ -730,52 +729,43 @@ async function followTurn(epoch, view, after) {
       clearActivity();
       setRunning(null);
     }
-    if (epoch === chat.epoch) {
-      const user = chat.pendingUser;
-      chat.pendingUser = null;
-      if (turn.content && user) chat.history.push(user, { role: 'assistant', content: turn.content });
+    if (turn.epoch === chat.epoch) {
+      settle();
       loadConversations();
     }
   }
 }
 
-async function sendPrompt() {
+// Reads the running turn of a conversation the page opened (a reload, a
+// second tab) from the frame after `after`.
+function followTurn(epoch, view, after) {
+  const turn = { content: '', reasoning: '', ended: false, conversationId: chat.conversationId, epoch, after };
+  const open = (signal) => request(conversationPath(chat.conversationId, `/events?after=${after}`), { signal });
+  return runTurn(turn, view, open, () => {
+    const user = chat.pendingUser;
+    chat.pendingUser = null;
+    if (turn.content && user) chat.history.push(user, { role: 'assistant', content: turn.content });
+  });
+}
+
+function sendPrompt() {
   const prompt = $('prompt');
   const text = prompt.value;
   if (!text.trim() || chat.controller) return;
   prompt.value = '';
   fitPrompt();
-  const epoch = chat.epoch;
   chat.history.push({ role: 'user', content: text });
   appendUserMessage(text);
   const view = appendAssistantMessage();
-  const controller = new AbortController();
-  setRunning(controller);
-  const turn = { content: '', reasoning: '', ended: false, conversationId: null, epoch };
-  try {
-    const response = await request('/api/chat', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(requestBody()),
-      signal: controller.signal,
-    });
-    await readTurn(response, turn, view, controller);
-  } catch (error) {
-    if (controller.signal.aborted && !controller.detached) view.stop();
-    else if (!controller.signal.aborted) view.fail(error.message);
-  } finally {
-    if (chat.controller === controller) {
-      clearActivity();
-      setRunning(null);
-    }
-    if (epoch === chat.epoch) {
-      // A turn that produced no text is dropped from the history, so the
-      // next request does not carry two user messages in a row.
-      if (turn.content) chat.history.push({ role: 'assistant', content: turn.content });
-      else chat.history.pop();
-      loadConversations();
-    }
-  }
+  const turn = { content: '', reasoning: '', ended: false, conversationId: null, epoch: chat.epoch };
+  const body = JSON.stringify(requestBody());
+  const open = (signal) => request('/api/chat', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body, signal });
+  return runTurn(turn, view, open, () => {
+    // A turn that produced no text is dropped from the history, so the
+    // next request does not carry two user messages in a row.
+    if (turn.content) chat.history.push({ role: 'assistant', content: turn.content });
+    else chat.history.pop();
+  });
 }
 
 // After a (re)load: the list, and the conversation this tab had open.
