@@ -69,6 +69,7 @@ fn starts_work(method: &Method, path: &str) -> bool {
             "/v1/chat/completions"
                 | "/chat/completions"
                 | "/v1/responses"
+                | "/v1/responses/compact"
                 | "/v1/messages"
                 | "/api/chat"
                 | "/api/chat/ollama"

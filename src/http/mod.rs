@@ -7,6 +7,7 @@ pub mod artifacts;
 pub mod background;
 pub mod body;
 pub mod chat;
+pub mod compact;
 pub mod conversations_api;
 pub mod error;
 pub mod metrics;
@@ -73,6 +74,11 @@ fn routes(config: &mut web::ServiceConfig) {
         )
         .service(
             // Before `/v1/responses/{id}`, which would take the path first.
+            web::resource("/v1/responses/compact")
+                .route(web::post().to(compact::compact))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/v1/responses/input_tokens")
                 .route(web::post().to(responses::input_tokens))
                 .default_service(web::to(ops::method_not_allowed)),

@@ -272,10 +272,16 @@ pub(crate) fn messages_from_items(items: &[Value], field: &str) -> Result<Vec<Wi
             }
             // Reasoning from earlier turns is not replayed to the model.
             "reasoning" => {}
+            // The summary `POST /v1/responses/compact` made of earlier turns,
+            // in the assistant's words, where those turns were.
+            "compaction" => {
+                let summary = crate::http::compact::summary_of(item, &at)?;
+                messages.push(text_message("assistant", summary));
+            }
             other => {
                 return Err(ApiError::bad_param(
                     &format!("{at}.type"),
-                    format!("'{at}.type' is '{other}', which this server does not take; send messages, function_call and function_call_output items"),
+                    format!("'{at}.type' is '{other}', which this server does not take; send messages, function_call, function_call_output and compaction items"),
                 ))
             }
         }
@@ -284,7 +290,7 @@ pub(crate) fn messages_from_items(items: &[Value], field: &str) -> Result<Vec<Wi
 }
 
 /// The request's input as items, a plain string being one user message.
-fn input_items(input: Option<Value>) -> Result<Vec<Value>, ApiError> {
+pub(crate) fn input_items(input: Option<Value>) -> Result<Vec<Value>, ApiError> {
     match input {
         None => Ok(Vec::new()),
         Some(Value::String(text)) => Ok(vec![json!({"type": "message", "role": "user", "content": text})]),
@@ -418,6 +424,7 @@ pub(crate) fn stored_item(mut item: Value) -> Value {
             "function_call" => "fc",
             "function_call_output" => "fco",
             "reasoning" => "rs",
+            "compaction" => "cmp",
             _ => "msg",
         };
         fields.insert("id".into(), json!(new_id(prefix)));
@@ -428,7 +435,7 @@ pub(crate) fn stored_item(mut item: Value) -> Value {
 /// What a request continues from, read from the store: the items of its
 /// `previous_response_id` chain, and its input with every `item_reference`
 /// replaced by the caller's stored item of that id.
-async fn resolve(
+pub(crate) async fn resolve(
     state: &AppState,
     owner: &str,
     previous: Option<&str>,
@@ -589,7 +596,7 @@ fn translate(
 /// The Responses API's budget is `max_output_tokens`, its function tools
 /// carry `name` and `parameters` directly, and the answer's schema is
 /// `text.format.schema`.
-const SPELLING: Spelling = Spelling {
+pub(crate) const SPELLING: Spelling = Spelling {
     max_tokens: "max_output_tokens",
     tool: "",
     answer_schema: "text.format.schema",
@@ -597,7 +604,7 @@ const SPELLING: Spelling = Spelling {
     ..Spelling::OPENAI
 };
 
-fn usage_json(usage: &Usage, timings: &Timings) -> Value {
+pub(crate) fn usage_json(usage: &Usage, timings: &Timings) -> Value {
     json!({
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": timings.cache_n},

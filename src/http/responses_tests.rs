@@ -513,3 +513,52 @@ async fn a_background_stream_is_read_again_from_any_event() {
     assert_eq!(deleted.status().as_u16(), 200);
     assert_eq!(state.response_streams.len(), 0);
 }
+
+#[actix_web::test]
+async fn a_compaction_keeps_the_users_words_and_the_next_turn_reads_its_summary() {
+    let (state, backend) =
+        started(TestServer::scripted(["We planned a trip to Rome; the weather tool said sunny.", "Pack light."])).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let history = json!([
+        {"type": "message", "role": "user", "content": "Plan a trip."},
+        {"type": "message", "role": "assistant", "content": "Where to?"},
+        {"type": "message", "role": "user", "content": "Rome."},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Rome\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]);
+    let compact = |body: Value| test::TestRequest::post().uri("/v1/responses/compact").set_json(body);
+    let (status, compacted) = send(&app, compact(json!({"model": "scripted", "input": history}))).await;
+    assert_eq!(status, 200, "{compacted}");
+    assert_eq!(compacted["object"], "response.compaction");
+    let output = compacted["output"].as_array().unwrap();
+    let users: Vec<&str> = output[..2].iter().map(|item| item["content"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(users, ["Plan a trip.", "Rome."], "the user's messages stay, verbatim and in order");
+    assert_eq!(output.len(), 3);
+    assert_eq!(output[2]["type"], "compaction");
+    assert!(output[2]["id"].as_str().unwrap().starts_with("cmp_"));
+    assert!(compacted["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    // The model was asked to summarize the whole transcript.
+    let asked = backend.prompts().pop().unwrap();
+    assert!(asked.contains("called get_weather") && asked.contains("sunny") && asked.contains("Where to?"), "{asked}");
+
+    // The next turn sends the compacted items back; the summary stands in.
+    let mut input = output.clone();
+    input.push(json!({"type": "message", "role": "user", "content": "What do I pack?"}));
+    let (status, next) = send(&app, post(json!({"input": input}))).await;
+    assert_eq!(status, 200, "{next}");
+    let prompt = backend.prompts().pop().unwrap();
+    assert!(prompt.contains("We planned a trip to Rome; the weather tool said sunny."), "{prompt}");
+    assert!(!prompt.contains("Where to?"), "the compacted turns are not replayed: {prompt}");
+
+    // Another provider's compaction, and fields it cannot honour, are 400s naming them.
+    let forged =
+        json!([{"type": "compaction", "encrypted_content": "gAAAAB-opaque"}, {"role": "user", "content": "Hi"}]);
+    let (status, body) = send(&app, post(json!({"input": forged}))).await;
+    assert_eq!(status, 400);
+    assert!(message(&body).contains("'input[0].encrypted_content' is not a compaction this server made"), "{body}");
+    let (status, body) = send(&app, compact(json!({"input": "x", "image": {"context_compression": "enabled"}}))).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("image")), "{body}");
+    let (status, body) = send(&app, compact(json!({"input": "x", "reasoning": {}}))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(message(&body).contains("reasoning"), "{body}");
+}

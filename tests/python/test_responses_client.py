@@ -313,6 +313,30 @@ def test_a_background_stream_is_resumed_by_the_sdk_from_any_event(start_server, 
         upstream.close()
 
 
+def test_a_compaction_round_trips_through_the_sdk(start_server, tmp_path):
+    from scripted_upstream import say, text_of
+
+    def script(body):
+        asked = text_of(body["messages"][-1])
+        return say("Summary: a trip to Rome, sunny." if "condense a conversation" in asked else "Pack light.")
+
+    upstream, _, sdk, _, model = _on_scripted(start_server, tmp_path, script)
+    try:
+        first = sdk.responses.create(model=model, input="Plan a trip to Rome.")
+        compacted = sdk.responses.compact(model=model, previous_response_id=first.id)
+        assert compacted.object == "response.compaction"
+        assert [item.type for item in compacted.output] == ["message", "compaction"]
+        assert compacted.output[0].content[0].text == "Plan a trip to Rome."
+        assert compacted.usage.output_tokens > 0
+        items = [item.to_dict() for item in compacted.output]
+        follow = sdk.responses.create(model=model, input=[*items, {"role": "user", "content": "What do I pack?"}])
+        assert follow.output_text == "Pack light."
+        sent = [text_of(m) for m in upstream.requests[-1]["messages"]]
+        assert "Summary: a trip to Rome, sunny." in sent, sent
+    finally:
+        upstream.close()
+
+
 def _text(item):
     content = item.content if hasattr(item, "content") else item["content"]
     if isinstance(content, str):
