@@ -101,27 +101,40 @@ impl Watcher for Detach {
     }
 }
 
+/// Most ended turns kept for readers that come back; past it the one that
+/// began longest ago goes (its history is in the store). Running turns are
+/// bounded by the model's slots and `--max-detached-turns`, and always kept.
+pub const MAX_KEPT_TURNS: usize = skillhost_actors::conversations::MAX_CONVERSATIONS;
+
 /// Every conversation's running or last turn.
 #[derive(Default)]
 pub struct Turns {
-    turns: Mutex<HashMap<String, Arc<WebTurn>>>,
+    turns: Mutex<HashMap<String, (u64, Arc<WebTurn>)>>,
+    /// Stamps each turn in the order turns began.
+    begun: std::sync::atomic::AtomicU64,
 }
 
 impl Turns {
-    fn turns(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<WebTurn>>> {
+    fn turns(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Arc<WebTurn>)>> {
         self.turns.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// `owner`'s turn of `conversation`, running or last.
     pub fn get(&self, conversation: &str, owner: &str) -> Option<Arc<WebTurn>> {
-        self.turns().get(conversation).filter(|turn| turn.owner == owner).cloned()
+        self.turns().get(conversation).map(|(_, turn)| turn).filter(|turn| turn.owner == owner).cloned()
     }
 
     /// Forgets a conversation's turn, stopping it if it runs.
     pub fn remove(&self, conversation: &str, why: Stopped) {
-        if let Some(turn) = self.turns().remove(conversation) {
+        if let Some((_, turn)) = self.turns().remove(conversation) {
             turn.stop(why);
         }
+    }
+
+    /// How many turns are kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.turns().len()
     }
 
     /// Makes the next turn of `conversation`, its frame ids after
@@ -136,10 +149,22 @@ impl Turns {
     ) -> Option<(Arc<WebTurn>, futures_util::future::AbortRegistration)> {
         let mut turns = self.turns();
         let base = match turns.get(conversation) {
-            Some(turn) if turn.running() => return None,
-            Some(turn) => turn.relay.last_id().max(last_event),
+            Some((_, turn)) if turn.running() => return None,
+            Some((_, turn)) => turn.relay.last_id().max(last_event),
             None => last_event,
         };
+        turns.remove(conversation);
+        while turns.len() >= MAX_KEPT_TURNS {
+            let oldest = turns
+                .iter()
+                .filter(|(_, (_, turn))| !turn.running())
+                .min_by_key(|(_, (begun, _))| *begun)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => turns.remove(&id),
+                None => break,
+            };
+        }
         let (stop, registration) = AbortHandle::new_pair();
         let stopped = Arc::new(Mutex::new(None));
         let watcher = Detach {
@@ -156,7 +181,8 @@ impl Turns {
             stop,
             stopped,
         });
-        turns.insert(conversation.to_string(), turn.clone());
+        let begun = self.begun.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        turns.insert(conversation.to_string(), (begun, turn.clone()));
         Some((turn, registration))
     }
 }
@@ -250,4 +276,34 @@ pub async fn run(
     // Ended first: a reader leaving from now on cannot register it again.
     turn.relay.end();
     background.finish(&turn.conversation);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_turns_at_and_past_the_limit_give_way_oldest_first_and_running_ones_stay() {
+        let background = Arc::new(Background::new(4));
+        let turns = Turns::default();
+        let running = turns.begin(&background, "c-running", "o", 0).unwrap().0;
+        for n in 1..MAX_KEPT_TURNS {
+            let (turn, _) = turns.begin(&background, &format!("c-{n}"), "o", 0).unwrap();
+            turn.relay.end();
+        }
+        assert_eq!(turns.len(), MAX_KEPT_TURNS);
+        assert!(turns.begin(&background, "c-running", "o", 0).is_none(), "one turn runs per conversation");
+        // One more: the oldest ended turn goes, never the running one.
+        let fresh = turns.begin(&background, "c-new", "o", 0).unwrap().0;
+        fresh.relay.push(bytes::Bytes::from_static(b"data: {}\n\n"));
+        fresh.relay.end();
+        assert_eq!(turns.len(), MAX_KEPT_TURNS);
+        assert!(turns.get("c-1", "o").is_none());
+        assert!(turns.get("c-2", "o").is_some() && turns.get("c-running", "o").is_some());
+        assert!(running.running());
+        // A conversation's next turn replaces its last one, ids rising on.
+        let (next, _) = turns.begin(&background, "c-new", "o", 0).unwrap();
+        assert_eq!(next.relay.last_id(), 1);
+        assert_eq!(turns.len(), MAX_KEPT_TURNS);
+    }
 }
