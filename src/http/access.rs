@@ -410,7 +410,7 @@ impl Admission {
     }
 
     /// A place, or the refusal.
-    fn admit(&self) -> Result<Permit, ApiError> {
+    pub(crate) fn admit(&self) -> Result<Permit, ApiError> {
         let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let permit = Permit(self.in_flight.clone());
         match self.limit {

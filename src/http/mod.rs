@@ -17,6 +17,7 @@ pub mod ops;
 pub mod peer;
 pub mod relay;
 pub mod responses;
+pub mod responses_socket;
 pub mod skills;
 pub mod stream;
 pub mod webui;
@@ -70,6 +71,7 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/v1/responses")
                 .route(web::post().to(responses::responses))
+                .route(web::get().guard(actix_web::guard::Header("upgrade", "websocket")).to(responses_socket::socket))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

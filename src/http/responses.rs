@@ -873,7 +873,31 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let mut wire: ResponsesRequest = read_json(request, payload).await?;
+    let wire: ResponsesRequest = read_json(request, payload).await?;
+    let (chat, peer, draft, stream) = open_turn(state, request, wire).await?;
+    if draft.echo.background {
+        return run_in_background(state, chat, draft, started, stream).await;
+    }
+    if stream {
+        let encoder = ResponsesEncoder::new(state, draft, None);
+        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
+    }
+    let done = collect(state, chat, peer, started).await?;
+    let mut draft = draft;
+    let response = draft.finish(&done);
+    Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
+}
+
+/// A Responses turn, started: its events, the client watch, the response
+/// it builds, and whether the request asked for a stream.
+type Opened = (skillhost_actors::ChatStream, crate::http::peer::PeerWatch, Draft, bool);
+
+/// Checks a request, reads what it continues from the store, and starts it.
+async fn open_turn(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    mut wire: ResponsesRequest,
+) -> Result<Opened, ApiError> {
     ready_model(state)?;
     wire.refuse_unsupported()?;
     let owner = Caller::of(request);
@@ -886,7 +910,7 @@ async fn serve(
     let previous_response_id = wire.previous_response_id.clone();
     let (chat, namespaced) = translate(wire, &context, &input)?;
     let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
-    let mut draft = Draft {
+    let draft = Draft {
         // Stored here only: the id names this replica (`--replica-id`).
         id: skillhost_actors::replica::stamp(new_id("resp")),
         owner,
@@ -900,16 +924,26 @@ async fn serve(
         namespaced,
         output: Vec::new(),
     };
-    if draft.echo.background {
-        return run_in_background(state, chat, draft, started, stream).await;
+    Ok((chat, peer, draft, stream))
+}
+
+/// The events of one turn over a WebSocket (`response.create`): the same
+/// events a stream has, each a text message of its JSON.
+pub(crate) async fn socket_turn(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: ResponsesRequest,
+) -> Result<impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>>, ApiError> {
+    let started = Instant::now();
+    if wire.background == Some(true) {
+        return Err(ApiError::bad_param(
+            "background",
+            "'background' is not taken over a WebSocket; send it to POST /v1/responses",
+        ));
     }
-    if stream {
-        let encoder = ResponsesEncoder::new(state, draft, None);
-        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
-    }
-    let done = collect(state, chat, peer, started).await?;
-    let response = draft.finish(&done);
-    Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
+    let (chat, peer, draft, _) = open_turn(state, request, wire).await?;
+    let encoder = ResponsesEncoder::new(state, draft, None);
+    Ok(event_stream(state.clone(), chat, peer, started, encoder))
 }
 
 /// A `background` request: stored as `in_progress` and answered at once

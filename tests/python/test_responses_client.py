@@ -337,6 +337,36 @@ def test_a_compaction_round_trips_through_the_sdk(start_server, tmp_path):
         upstream.close()
 
 
+def test_the_websocket_mode_runs_turns_over_one_connection(start_server, tmp_path):
+    from scripted_upstream import say
+
+    answers = iter(["Paris.", "Rome."])
+    upstream, _, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(next(answers)))
+    try:
+        with sdk.responses.connect() as connection:
+            def turn(**fields):
+                connection.send({"type": "response.create", "model": model, **fields})
+                events = []
+                for event in connection:
+                    events.append(event)
+                    if event.type in ("response.completed", "response.failed", "error"):
+                        return events
+            first = turn(input="Capital of France?")
+            assert first[0].type == "response.created" and first[-1].type == "response.completed", first
+            assert first[-1].response.output_text == "Paris."
+            # The next turn continues the first over the same socket.
+            second = turn(input="And Italy?", previous_response_id=first[-1].response.id)
+            assert second[-1].response.output_text == "Rome."
+            assert "Capital of France?" in str(upstream.requests[-1]["messages"])
+            # A refused event is an error event, and the socket stays open.
+            connection.send({"type": "response.create", "model": model, "input": "x", "background": True})
+            refused = connection.recv()
+            assert refused.type == "error" and "background" in refused.message, refused
+        assert sdk.responses.retrieve(first[-1].response.id).status == "completed"
+    finally:
+        upstream.close()
+
+
 def _text(item):
     content = item.content if hasattr(item, "content") else item["content"]
     if isinstance(content, str):
