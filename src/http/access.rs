@@ -332,9 +332,15 @@ impl Access {
     /// Browsers name the page that sent a request in `Origin` (and
     /// `Sec-Fetch-Site`); a request that changes state or starts work is
     /// refused when that page is not this server's own or allowed.
+    ///
+    /// A WebSocket handshake is a GET, but the socket it opens runs turns,
+    /// and a browser lets any page open a socket to any host, with no
+    /// preflight and no CORS on what comes back: a GET that asks for any
+    /// upgrade is judged as a POST is.
     fn check_origin(&self, request: &ServiceRequest) -> Result<(), ApiError> {
         let method = request.method();
-        if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        let upgrade = request.headers().contains_key(header::UPGRADE);
+        if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && !upgrade {
             return Ok(());
         }
         match origin_of(request) {

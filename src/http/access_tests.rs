@@ -531,6 +531,8 @@ async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
         ("/v1/me%73sages", &chat),
         ("/v1/responses", br#"{"input": "hi", "max_output_tokens": 4}"#),
         ("/v1/respon%73es", br#"{"input": "hi", "max_output_tokens": 4}"#),
+        ("/v1/responses/compact", br#"{"input": "hi"}"#),
+        ("/v1/responses/compac%74", br#"{"input": "hi"}"#),
         ("/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "maxTokens": 4}"#),
         ("/api/chat/ollama", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
         ("/ollama/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
@@ -564,10 +566,43 @@ async fn the_conversation_and_count_routes_need_json_in_every_spelling() {
         "/v1/conversations/conv_x/item%73",
         "/v1/responses/input_tokens",
         "/v1/responses/input_token%73",
+        "/v1/responses/compact",
+        "/v1/responses/compac%74",
     ] {
         let form = Some(("application/x-www-form-urlencoded", b"items=x".to_vec()));
         let (status, _, response) = send(&app, "POST", uri, &form, &[]).await;
         assert_eq!(status, 415, "{uri}: {}", String::from_utf8_lossy(&response));
+    }
+}
+
+/// The WebSocket mode of `/v1/responses` is a GET, but its socket runs
+/// turns, and a browser lets any page open one: a handshake from another
+/// site's page is refused, however the path is spelled, and one from a
+/// client that is no browser page goes through.
+#[actix_web::test]
+async fn a_page_on_another_site_cannot_open_a_responses_socket() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(AccessConfig::default(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let handshake = [
+        ("upgrade", "websocket"),
+        ("connection", "upgrade"),
+        ("sec-websocket-version", "13"),
+        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    for uri in ["/v1/responses", "/v1/respon%73es"] {
+        let (status, _, _) = send(&app, "GET", uri, &None, &handshake).await;
+        assert_eq!(status, 101, "{uri}: a client that is no page");
+        let from_page = [&handshake[..], &[("origin", "http://attacker.example")]].concat();
+        let (status, _, body) = send(&app, "GET", uri, &None, &from_page).await;
+        assert_eq!(status, 403, "{uri}: {}", String::from_utf8_lossy(&body));
+        let cross_site = [&handshake[..], &[("sec-fetch-site", "cross-site")]].concat();
+        let (status, _, _) = send(&app, "GET", uri, &None, &cross_site).await;
+        assert_eq!(status, 403, "{uri}");
+        // Whatever the upgrade is spelled as, the guard is the same.
+        let odd = [("upgrade", "WebSocket"), ("origin", "http://attacker.example")];
+        let (status, _, _) = send(&app, "GET", uri, &None, &odd).await;
+        assert_eq!(status, 403, "{uri}");
     }
 }
 
