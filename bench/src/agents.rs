@@ -74,7 +74,7 @@ impl ModelBackend for Delegating {
             let (events, receiver) = mpsc::unbounded_channel();
             let _ = events.send(GenerationEvent::Text(output));
             let _ = events.send(GenerationEvent::Finished { reason: FinishReason::Stop, timings: Timings::default() });
-            Ok(Submitted { events: receiver, n_prompt: 0 })
+            Ok(Submitted { events: receiver, n_prompt: 0, generated: Default::default() })
         })
     }
 }

@@ -76,7 +76,7 @@ impl ModelBackend for Budgeted {
             let (events, receiver) = mpsc::unbounded_channel();
             let _ = events.send(GenerationEvent::Text(output));
             let _ = events.send(GenerationEvent::Finished { reason: FinishReason::Stop, timings });
-            Ok(Submitted { events: receiver, n_prompt })
+            Ok(Submitted { events: receiver, n_prompt, generated: Default::default() })
         })
     }
 }

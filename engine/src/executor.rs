@@ -23,6 +23,7 @@
 //! back by a copy, not a prefill.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,6 +125,7 @@ struct Queued {
     request: Box<GenerateRequest>,
     sampler: Sampler,
     events: mpsc::UnboundedSender<GenerationEvent>,
+    generated: Arc<AtomicUsize>,
 }
 
 /// A request running in a slot.
@@ -145,6 +147,8 @@ struct Active {
     /// Prompt tokens this sequence put into the current batch.
     prompt_in_batch: usize,
     timings: Timings,
+    /// `predicted_n` as the submitter reads it while the sequence runs.
+    generated: Arc<AtomicUsize>,
     started: Instant,
     first_token: Option<Instant>,
 }
@@ -315,7 +319,9 @@ impl<'m> Executor<'m> {
         let (events, events_rx) = mpsc::unbounded_channel();
         let n_prompt = tokens.len();
         let text = request.prompt.clone();
-        Ok((Queued { tokens, text, request, sampler, events }, Submitted { events: events_rx, n_prompt }))
+        let generated = Arc::new(AtomicUsize::new(0));
+        let submitted = Submitted { events: events_rx, n_prompt, generated: generated.clone() };
+        Ok((Queued { tokens, text, request, sampler, events, generated }, submitted))
     }
 
     /// Ends sequences whose receiver is gone (client disconnected or request
@@ -597,6 +603,7 @@ impl<'m> Executor<'m> {
             logits_at: None,
             prompt_in_batch: 0,
             timings: Timings { cache_n, copied_n: copied_n.min(cache_n), ..Timings::default() },
+            generated: queued.generated,
             started: Instant::now(),
             first_token: None,
         });
@@ -802,6 +809,7 @@ impl<'m> Executor<'m> {
         let slot = &mut self.slots[index];
         let Some(active) = slot.active.as_mut() else { return };
         active.timings.predicted_n += 1;
+        active.generated.store(active.timings.predicted_n, Ordering::Relaxed);
         // Under `ignore_eos` the sampler never picks one, so this is a real end.
         if vocab.is_eog(token) {
             self.finish(index, FinishReason::Stop);

@@ -142,6 +142,10 @@ pub struct Submitted {
     /// Tokens in the prompt (reused and decoded); 0 when only the end
     /// tells (an upstream), and then `cache_n + prompt_n` of the timings.
     pub n_prompt: usize,
+    /// Tokens generated so far, counted as they are sampled, so that a
+    /// sequence cut before its end (a turn out of time) still reports what
+    /// it wrote; stays 0 where only the end tells (an upstream).
+    pub generated: Arc<AtomicUsize>,
 }
 
 /// Live counters the engine thread keeps for `/metrics`.

@@ -151,6 +151,33 @@ async fn ignore_eos_generates_to_max_tokens() {
     assert_eq!((reason, timings.predicted_n), (FinishReason::Length, 48));
 }
 
+/// The count a caller reads while the sequence runs (what a turn cut by
+/// its time reports) rises with the tokens and ends at the total the end
+/// reports.
+#[tokio::test]
+async fn the_generated_count_rises_while_a_sequence_runs_and_ends_at_its_total() {
+    use std::sync::atomic::Ordering;
+    let engine = start(1);
+    let text = prompt(&engine, &[ChatMessage::new(Role::User, "Count from one to one thousand, in words.")]);
+    let sampling = SamplingParams { ignore_eos: true, ..greedy() };
+    let request = GenerateRequest { prompt: text, sampling, max_tokens: Some(24), ..Default::default() };
+    let mut submitted = engine.submit(request).await.expect("submitted");
+    let mut read_while_running = 0;
+    loop {
+        match submitted.events.recv().await {
+            Some(GenerationEvent::Text(_)) => {
+                read_while_running = read_while_running.max(submitted.generated.load(Ordering::Relaxed));
+            }
+            Some(GenerationEvent::Finished { timings, .. }) => {
+                assert_eq!((timings.predicted_n, submitted.generated.load(Ordering::Relaxed)), (24, 24));
+                break;
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert!((1..=24).contains(&read_while_running), "{read_while_running}");
+}
+
 /// A system prompt of a few hundred tokens, as a deployment's system text and
 /// skills block would be.
 fn long_system() -> ChatMessage {

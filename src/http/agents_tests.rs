@@ -21,7 +21,7 @@ fn call(name: &str, arguments: Value) -> String {
 }
 
 fn child(agent: &str, text: String, delay_ms: u64) -> ScriptedOutput {
-    ScriptedOutput { agent: agent.into(), text, delay: Duration::from_millis(delay_ms), panic: false }
+    ScriptedOutput { agent: agent.into(), delay: Duration::from_millis(delay_ms), ..ScriptedOutput::from(text) }
 }
 
 async fn app_state(outputs: Vec<ScriptedOutput>) -> (web::Data<AppState>, Arc<ScriptedBackend>) {

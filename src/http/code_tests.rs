@@ -526,8 +526,7 @@ async fn a_turn_ends_at_its_time_budget_and_says_so() {
 #[actix_web::test]
 async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
     for allow_write in [false, true] {
-        let child =
-            |text: String| ScriptedOutput { agent: "/root/1".into(), text, delay: Duration::ZERO, panic: false };
+        let child = |text: String| ScriptedOutput { agent: "/root/1".into(), ..ScriptedOutput::from(text) };
         let task = "Read notes.txt and answer in reply.txt.";
         // Read-only, a child cannot be given write_file (refused at the
         // spawn) and is started with what it may have; allowed, it gets it.
@@ -584,7 +583,7 @@ async fn children_read_the_parents_folder_and_write_there_only_when_allowed() {
 /// where the parent may not. (Against a1d68f9 the child wrote.)
 #[actix_web::test]
 async fn a_child_starts_under_the_skills_its_parent_loaded() {
-    let child = |text: String| ScriptedOutput { agent: "/root/1".into(), text, delay: Duration::ZERO, panic: false };
+    let child = |text: String| ScriptedOutput { agent: "/root/1".into(), ..ScriptedOutput::from(text) };
     let base = tempfile::tempdir().unwrap();
     let skill = base.path().join("skills/delegate-read");
     std::fs::create_dir_all(&skill).unwrap();

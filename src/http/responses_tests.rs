@@ -444,15 +444,23 @@ async fn a_turn_cut_by_its_time_budget_says_why_and_its_answer_stays_the_models(
         turn_timeout: std::time::Duration::from_millis(300),
         ..Default::default()
     };
-    let (state, _) = started(TestServer::scripted(vec![endless(), endless()]).settings(settings)).await;
+    // Three pieces (three tokens to the scripted model), then nothing until
+    // the time budget cuts the round.
+    let stalled = ScriptedOutput { stall_after: Some(3), ..ScriptedOutput::from("One, two, three, and the rest.") };
+    let (state, _) = started(TestServer::scripted(vec![stalled, endless()]).settings(settings)).await;
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
     let (status, response) = send(&app, post(json!({"input": "Wait."}))).await;
     assert_eq!(status, 200, "{response}");
     assert_eq!(response["status"], "incomplete");
     assert_eq!(response["incomplete_details"], json!({"reason": "turn_timeout"}));
-    assert!(response["usage"]["input_tokens"].as_u64().unwrap() > 0, "the cut round's prompt counts: {response}");
+    // The cut round counts its prompt and the tokens it wrote.
+    let usage = &response["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{response}");
+    assert_eq!(usage["output_tokens"], 3, "{response}");
+    assert_eq!(usage["total_tokens"], usage["input_tokens"].as_u64().unwrap() + 3, "{response}");
     let item = &response["output"][0];
-    assert_eq!((item["status"].as_str(), item["content"][0]["text"].as_str()), (Some("incomplete"), Some("")));
+    let said = (item["status"].as_str(), item["content"][0]["text"].as_str());
+    assert_eq!(said, (Some("incomplete"), Some("One, two, three, and ")));
     // Streamed, the last event says the same.
     let response = test::call_service(&app, post(json!({"input": "Wait.", "stream": true})).to_request()).await;
     let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();

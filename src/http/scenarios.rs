@@ -48,6 +48,7 @@ fn outputs(script: &Value) -> Vec<ScriptedOutput> {
                 text: object["output"].as_str().unwrap_or_default().into(),
                 delay: std::time::Duration::from_millis(object["delay_ms"].as_u64().unwrap_or(0)),
                 panic: object["panic"].as_bool().unwrap_or(false),
+                stall_after: None,
             },
         })
         .collect()

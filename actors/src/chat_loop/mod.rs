@@ -225,10 +225,12 @@ impl Actor for LoopActor {
                 // for a command the sandbox actor then kills when the loop
                 // stops).
                 // A round cut while it generated counts its prompt (known
-                // since its submit); the tokens it wrote are told only at a
-                // round's end, so they are not.
+                // since its submit) and the tokens it wrote so far (counted
+                // by the engine as it samples them).
                 if state.tasks.relay.take().is_some() {
                     state.progress.usage.prompt_tokens += state.progress.n_prompt;
+                    state.progress.usage.completion_tokens +=
+                        state.progress.generated.load(std::sync::atomic::Ordering::Relaxed);
                 }
                 state.tasks.tools_task = None;
                 state.tasks.pending = None;

@@ -178,6 +178,7 @@ pub(super) async fn start_round(myself: &ActorRef<LoopMsg>, state: &mut LoopStat
         Err(err) => return Err(chat_error(err)),
     };
     state.progress.n_prompt = submitted.n_prompt;
+    state.progress.generated = submitted.generated.clone();
     let offered = tools.iter().map(|t| t.name.clone()).collect();
     state.progress.output = RoundOutput::new(prepared.tool_family, offered, thinking);
     if state.progress.round == 1 && !state.emit(ChatEvent::Accepted) {

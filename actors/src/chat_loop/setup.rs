@@ -256,6 +256,7 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
             usage: Usage::default(),
             rounds: Vec::new(),
             n_prompt: 0,
+            generated: Default::default(),
             cut: false,
             ended_ok: false,
             idle: false,

@@ -101,6 +101,9 @@ pub(super) struct Progress {
     pub(super) usage: Usage,
     pub(super) rounds: Vec<RoundStats>,
     pub(super) n_prompt: usize,
+    /// The running round's tokens so far, as the engine counts them; what
+    /// a turn cut by its time counts for a round that never ended.
+    pub(super) generated: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// A bound cut the turn short (its rounds or its time).
     pub(super) cut: bool,
     /// The turn ended with an answer (not an error): a child then stays.

@@ -30,6 +30,9 @@ pub struct ScriptedOutput {
     pub delay: std::time::Duration,
     /// Panics when submitted, in the caller's task (a bug in a loop).
     pub panic: bool,
+    /// Streams this many pieces, then never ends (a generation that a
+    /// bound outside it cuts).
+    pub stall_after: Option<usize>,
 }
 
 impl From<String> for ScriptedOutput {
@@ -39,6 +42,7 @@ impl From<String> for ScriptedOutput {
             text,
             delay: std::time::Duration::ZERO,
             panic: false,
+            stall_after: None,
         }
     }
 }
@@ -189,13 +193,20 @@ impl ModelBackend for ScriptedBackend {
         Box::pin(async move {
             let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
             let (events, receiver) = mpsc::unbounded_channel();
-            let (delay, output) = (output.delay, output.text);
+            let (delay, stall_after, output) = (output.delay, output.stall_after, output.text);
+            let generated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = generated.clone();
             let mut pieces = 0;
             let mut reason = FinishReason::Stop;
             let stream = async move {
                 tokio::time::sleep(delay).await;
                 let mut rest = output.as_str();
                 while !rest.is_empty() {
+                    if stall_after == Some(pieces) {
+                        // Held open until the receiver goes.
+                        events.closed().await;
+                        return;
+                    }
                     if pieces == budget {
                         reason = FinishReason::Length;
                         break;
@@ -207,16 +218,17 @@ impl ModelBackend for ScriptedBackend {
                     let _ = events.send(GenerationEvent::Text(rest[..cut].to_string()));
                     rest = &rest[cut..];
                     pieces += 1;
+                    counted.store(pieces, std::sync::atomic::Ordering::Relaxed);
                 }
                 let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
                 let _ = events.send(GenerationEvent::Finished { reason, timings });
             };
-            if delay.is_zero() {
+            if delay.is_zero() && stall_after.is_none() {
                 stream.await;
             } else {
                 tokio::spawn(stream);
             }
-            Ok(Submitted { events: receiver, n_prompt })
+            Ok(Submitted { events: receiver, n_prompt, generated })
         })
     }
 }

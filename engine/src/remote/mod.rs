@@ -293,7 +293,7 @@ impl Remote {
             .spawn(move || job.run())
             .map_err(|err| EngineError::Upstream(format!("cannot start the upstream request: {err}")))?;
         accepted_rx.await.map_err(|_| EngineError::Stopped)??;
-        Ok(Submitted { events: receiver, n_prompt: 0 })
+        Ok(Submitted { events: receiver, n_prompt: 0, generated: Default::default() })
     }
 
     /// Tokens in `text`: counted with `--template-from`'s vocabulary, else
