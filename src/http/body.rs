@@ -75,7 +75,7 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             format!("'{path}' is invalid: {inner}")
         };
         let param = (path != ".").then_some(path);
-        ApiError::BadRequest { message, param }
+        ApiError::BadRequest { message, param, code: None }
     })
 }
 

@@ -10,9 +10,11 @@ use skillhost_actors::ChatError;
 /// Every error an HTTP handler can return.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
-    /// The request is malformed or asks for something impossible (400).
+    /// The request is malformed or asks for something impossible (400);
+    /// `code` is OpenAI's machine-readable name for the case, where it has
+    /// one a client acts on (`previous_response_not_found`).
     #[error("{message}")]
-    BadRequest { message: String, param: Option<String> },
+    BadRequest { message: String, param: Option<String>, code: Option<&'static str> },
     /// The named model, route or object does not exist (404).
     #[error("{0}")]
     NotFound(String),
@@ -59,11 +61,55 @@ pub enum ErrorStyle {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
-        ApiError::BadRequest { message: message.into(), param: None }
+        ApiError::BadRequest { message: message.into(), param: None, code: None }
     }
 
     pub fn bad_param(param: &str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest { message: message.into(), param: Some(param.to_string()) }
+        ApiError::BadRequest { message: message.into(), param: Some(param.to_string()), code: None }
+    }
+
+    /// The same error under OpenAI's code for its case.
+    pub fn with_code(self, code: &'static str) -> Self {
+        match self {
+            ApiError::BadRequest { message, param, .. } => ApiError::BadRequest { message, param, code: Some(code) },
+            other => other,
+        }
+    }
+
+    /// OpenAI's `type` for this error.
+    pub fn openai_type(&self) -> &'static str {
+        match self {
+            ApiError::Unavailable(_) => "unavailable_error",
+            ApiError::Overloaded(_) | ApiError::Internal(_) => "server_error",
+            ApiError::BadRequest { .. }
+            | ApiError::NotFound(_)
+            | ApiError::ModelNotFound(_)
+            | ApiError::MethodNotAllowed(_)
+            | ApiError::Forbidden(_)
+            | ApiError::Conflict(_)
+            | ApiError::PayloadTooLarge(_)
+            | ApiError::Unauthorized(_)
+            | ApiError::UnsupportedMediaType(_) => "invalid_request_error",
+        }
+    }
+
+    /// OpenAI's code for this error, where there is one.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ApiError::BadRequest { code, .. } => *code,
+            ApiError::NotFound(_) => Some("not_found"),
+            ApiError::ModelNotFound(_) => Some("model_not_found"),
+            ApiError::MethodNotAllowed(_) => Some("method_not_allowed"),
+            ApiError::Forbidden(_) => Some("forbidden"),
+            ApiError::Conflict(_) => Some("conflict"),
+            ApiError::PayloadTooLarge(_) => Some("payload_too_large"),
+            ApiError::Unavailable(_) => Some("model_not_ready"),
+            // OpenAI's own answer to a bad key.
+            ApiError::Unauthorized(_) => Some("invalid_api_key"),
+            ApiError::UnsupportedMediaType(_) => Some("unsupported_media_type"),
+            ApiError::Overloaded(_) => Some("overloaded"),
+            ApiError::Internal(_) => None,
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -117,21 +163,8 @@ impl ApiError {
                 json!({"type": "error", "error": {"type": kind, "message": self.to_string()}})
             }
             ErrorStyle::OpenAi => {
-                let (kind, code) = match self {
-                    ApiError::BadRequest { .. } => ("invalid_request_error", None),
-                    ApiError::NotFound(_) => ("invalid_request_error", Some("not_found")),
-                    ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
-                    ApiError::MethodNotAllowed(_) => ("invalid_request_error", Some("method_not_allowed")),
-                    ApiError::Forbidden(_) => ("invalid_request_error", Some("forbidden")),
-                    ApiError::Conflict(_) => ("invalid_request_error", Some("conflict")),
-                    ApiError::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large")),
-                    ApiError::Unavailable(_) => ("unavailable_error", Some("model_not_ready")),
-                    // OpenAI's own answer to a bad key.
-                    ApiError::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key")),
-                    ApiError::UnsupportedMediaType(_) => ("invalid_request_error", Some("unsupported_media_type")),
-                    ApiError::Overloaded(_) => ("server_error", Some("overloaded")),
-                    ApiError::Internal(_) => ("server_error", None),
-                };
+                let kind = self.openai_type();
+                let code = self.code();
                 let param = match self {
                     ApiError::BadRequest { param, .. } => param.clone(),
                     ApiError::NotFound(_)

@@ -481,11 +481,7 @@ pub(crate) async fn resolve(
         if let Some(id) = conversation {
             return Err(no_conversation(id));
         }
-        let id = previous.unwrap_or_default();
-        return Err(ApiError::bad_param(
-            "previous_response_id",
-            format!("no stored response has the id '{id}' (it was never stored, was deleted, or expired)"),
-        ));
+        return Err(previous_not_found(previous.unwrap_or_default()));
     };
     let mut input = input;
     for ((n, id), item) in references.into_iter().zip(found) {
@@ -501,6 +497,16 @@ pub(crate) async fn resolve(
         input[n] = item;
     }
     Ok((context, input.into_iter().map(stored_item).collect()))
+}
+
+/// A `previous_response_id` that names nothing this caller can continue,
+/// under the code OpenAI's clients look for to start the chain again.
+pub(crate) fn previous_not_found(id: &str) -> ApiError {
+    ApiError::bad_param(
+        "previous_response_id",
+        format!("no stored response has the id '{id}' (it was never stored, was deleted, or expired)"),
+    )
+    .with_code("previous_response_not_found")
 }
 
 pub(crate) fn no_conversation(id: &str) -> ApiError {
@@ -892,24 +898,40 @@ async fn serve(
 /// it builds, and whether the request asked for a stream.
 type Opened = (skillhost_actors::ChatStream, crate::http::peer::PeerWatch, Draft, bool);
 
-/// Checks a request, reads what it continues from the store, and starts it.
-async fn open_turn(
+/// A checked Responses request: the chat request it becomes, the response
+/// it builds, and the items it continues (its chain or conversation).
+struct Prepared {
+    chat: ChatCompletionRequest,
+    draft: Draft,
+    context: Vec<Value>,
+}
+
+/// Checks a request and reads what it continues: from `last` when it
+/// continues the response a socket remembers, else from the store.
+async fn prepare(
     state: &web::Data<AppState>,
     request: &HttpRequest,
     mut wire: ResponsesRequest,
-) -> Result<Opened, ApiError> {
-    ready_model(state)?;
+    last: Option<&Remembered>,
+) -> Result<Prepared, ApiError> {
+    let info = ready_model(state)?;
     wire.refuse_unsupported()?;
     let owner = Caller::of(request);
-    let given = input_items(wire.input.take())?;
+    let mut given = input_items(wire.input.take())?;
     let conversation = wire.conversation_id()?;
-    let (context, input) =
-        resolve(state, &owner, wire.previous_response_id.as_deref(), conversation.as_deref(), given).await?;
+    let previous_response_id = wire.previous_response_id.clone();
+    let mut previous = previous_response_id.as_deref();
+    let mut context = Vec::new();
+    if let Some(last) = last.filter(|last| previous == Some(last.id.as_str())) {
+        context = last.items.clone();
+        previous = None;
+        last.fill_references(&mut given);
+    }
+    let (stored, input) = resolve(state, &owner, previous, conversation.as_deref(), given).await?;
+    context.extend(stored);
     let echo = Echo::of(&wire);
     let store = wire.store.unwrap_or(true);
-    let previous_response_id = wire.previous_response_id.clone();
     let (chat, namespaced) = translate(wire, &context, &input)?;
-    let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
     let draft = Draft {
         // Stored here only: the id names this replica (`--replica-id`).
         id: skillhost_actors::replica::stamp(new_id("resp")),
@@ -924,16 +946,62 @@ async fn open_turn(
         namespaced,
         output: Vec::new(),
     };
+    Ok(Prepared { chat, draft, context })
+}
+
+/// Checks a request, reads what it continues from the store, and starts it.
+async fn open_turn(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: ResponsesRequest,
+) -> Result<Opened, ApiError> {
+    let Prepared { chat, draft, .. } = prepare(state, request, wire, None).await?;
+    let Begun { chat, peer, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
     Ok((chat, peer, draft, stream))
 }
 
-/// The events of one turn over a WebSocket (`response.create`): the same
-/// events a stream has, each a text message of its JSON.
+/// What a WebSocket keeps of the last response it answered, so that the
+/// next `response.create` continues it without the store (and with
+/// `store: false`): its id and every item of its chain, its output last.
+/// Only the latest is kept, as OpenAI's WebSocket mode keeps it; a turn
+/// that fails forgets it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Remembered {
+    pub(crate) id: String,
+    pub(crate) items: Vec<Value>,
+}
+
+impl Remembered {
+    /// Replaces each `item_reference` to one of these items by the item.
+    fn fill_references(&self, input: &mut [Value]) {
+        for item in input.iter_mut().filter(|item| item["type"] == "item_reference") {
+            if let Some(found) = self.items.iter().find(|kept| kept.get("id").is_some() && kept["id"] == item["id"]) {
+                *item = found.clone();
+            }
+        }
+    }
+}
+
+/// Frames of a turn over a socket.
+pub(crate) type SocketFrames = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, actix_web::Error>>>>;
+
+/// One `response.create` over a WebSocket: the same events a stream has,
+/// and what the socket remembers once they end (its output still to add).
+pub(crate) struct SocketTurn {
+    pub(crate) events: SocketFrames,
+    pub(crate) so_far: Remembered,
+}
+
+/// Starts one turn over a WebSocket. With `generate: false` it is a
+/// warm-up: checked, stored and remembered as a response with no output,
+/// and nothing is generated; a later turn continues from its id.
 pub(crate) async fn socket_turn(
     state: &web::Data<AppState>,
     request: &HttpRequest,
     wire: ResponsesRequest,
-) -> Result<impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>>, ApiError> {
+    last: Option<&Remembered>,
+    generate: bool,
+) -> Result<SocketTurn, ApiError> {
     let started = Instant::now();
     if wire.background == Some(true) {
         return Err(ApiError::bad_param(
@@ -941,9 +1009,25 @@ pub(crate) async fn socket_turn(
             "'background' is not taken over a WebSocket; send it to POST /v1/responses",
         ));
     }
-    let (chat, peer, draft, _) = open_turn(state, request, wire).await?;
-    let encoder = ResponsesEncoder::new(state, draft, None);
-    Ok(event_stream(state.clone(), chat, peer, started, encoder))
+    let Prepared { chat, draft, mut context } = prepare(state, request, wire, last).await?;
+    context.extend(draft.input.iter().cloned());
+    let so_far = Remembered { id: draft.id.clone(), items: context };
+    let mut encoder = ResponsesEncoder::new(state, draft, None);
+    let events: SocketFrames = if generate {
+        let Begun { chat, peer, .. } = begin_translated(state, request, &SPELLING, chat).await?;
+        Box::pin(event_stream(state.clone(), chat, peer, started, encoder))
+    } else {
+        chat.validate_as(&encoder.draft.model, &SPELLING)?;
+        let mut frames = encoder.opening();
+        let (usage, timings) = (Usage::default(), Timings::default());
+        let end = Finish { finish: ChatFinish::Stop, usage: &usage, timings: &timings, rounds: &[] };
+        match encoder.finished(end) {
+            Ending::Now(last) => frames.extend(last),
+            Ending::After(last) => frames.extend(last.await),
+        }
+        Box::pin(futures_util::stream::iter(frames.into_iter().map(Ok)))
+    };
+    Ok(SocketTurn { events, so_far })
 }
 
 /// A `background` request: stored as `in_progress` and answered at once

@@ -4,6 +4,7 @@ function-call round trip with and without `previous_response_id`, stored
 responses read back, paged, referenced and deleted through the SDK, their
 survival of `kill -9`, and bad input."""
 
+import json
 import subprocess
 import time
 
@@ -363,6 +364,85 @@ def test_the_websocket_mode_runs_turns_over_one_connection(start_server, tmp_pat
             refused = connection.recv()
             assert refused.type == "error" and "background" in refused.message, refused
         assert sdk.responses.retrieve(first[-1].response.id).status == "completed"
+    finally:
+        upstream.close()
+
+
+def _socket_turn(connection, **fields):
+    """Sends one response.create and reads its events to the last one."""
+    connection.send({"type": "response.create", **fields})
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+    raise AssertionError(f"the socket closed after {events}")
+
+
+def test_the_websocket_mode_continues_its_last_response_without_the_store(start_server, tmp_path):
+    from scripted_upstream import say, text_of
+
+    answers = iter(["Paris.", "Rome.", "Madrid."])
+    upstream, _, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(next(answers)))
+    try:
+        with sdk.responses.connect() as connection:
+            # A warm-up names the instructions and first input, generates
+            # nothing, and is a response a turn continues from.
+            warm = _socket_turn(connection, model=model, store=False, generate=False,
+                                instructions="Answer with a city.", input="I ask about capitals.")
+            assert [event.type for event in warm] == ["response.created", "response.in_progress",
+                                                      "response.completed"], warm
+            assert warm[-1].response.output == [] and upstream.requests == []
+            first = _socket_turn(connection, model=model, store=False, input="France?",
+                                 instructions="Answer with a city.", previous_response_id=warm[-1].response.id)
+            assert first[-1].response.output_text == "Paris."
+            second = _socket_turn(connection, model=model, store=False, input="Italy?",
+                                  instructions="Answer with a city.", previous_response_id=first[-1].response.id)
+            assert second[-1].response.output_text == "Rome."
+            said = [text_of(message) for message in upstream.requests[-1]["messages"]]
+            assert said == ["Answer with a city.", "I ask about capitals.", "France?", "Paris.", "Italy?"], said
+            # Only the latest response is kept, and nothing was stored.
+            older = _socket_turn(connection, model=model, store=False, input="x",
+                                 previous_response_id=first[-1].response.id)
+            assert (older[-1].type, older[-1].code) == ("error", "previous_response_not_found"), older
+            # A refused turn forgets the last response too, as OpenAI's socket does.
+            forgotten = _socket_turn(connection, model=model, store=False, input="x",
+                                     previous_response_id=second[-1].response.id)
+            assert forgotten[-1].code == "previous_response_not_found", forgotten
+            # An event longer than one 64 KiB frame of the WebSocket library's default.
+            long = _socket_turn(connection, model=model, store=False, input="Spain? " + "x" * 200_000)
+            assert long[-1].response.output_text == "Madrid."
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.responses.create(model=model, input="x", previous_response_id=second[-1].response.id)
+        assert refused.value.code == "previous_response_not_found"
+    finally:
+        upstream.close()
+
+
+def test_the_websocket_mode_refuses_a_second_turn_while_one_runs_and_answers_pings(start_server, tmp_path):
+    from scripted_upstream import say
+    from websockets.sync.client import connect
+
+    story = " ".join(f"word{n}" for n in range(60))
+    upstream, server, sdk, _, model = _on_scripted(start_server, tmp_path, lambda body: say(story), delay=0.05)
+    try:
+        url = server.url.replace("http://", "ws://") + "/v1/responses"
+        with connect(url, max_size=None) as socket:
+            create = json.dumps({"type": "response.create", "model": model, "input": "Tell a story."})
+            socket.send(create)
+            socket.send(create)
+            kinds, pongs = [], []
+            while True:
+                event = json.loads(socket.recv(timeout=30))
+                kinds.append((event["type"], event.get("code")))
+                if event["type"] == "response.output_text.delta" and not pongs:
+                    # Answered mid-turn: a client closes a socket whose pings go unanswered.
+                    pongs.append(socket.ping().wait(timeout=10))
+                if event["type"] == "response.completed":
+                    break
+            assert ("error", "conflict") in kinds, kinds
+            assert pongs == [True]
+            assert kinds.count(("response.created", None)) == 1, kinds
     finally:
         upstream.close()
 
