@@ -165,6 +165,18 @@ impl ServerProcess {
     }
 
     fn start_with(threads: i32, extra: &[&str]) -> Self {
+        Self::spawn_skillhost(Self::serve(threads, extra))
+    }
+
+    /// [`Self::start_with`] on the state folder `state`.
+    fn start_on(threads: i32, extra: &[&str], state: &std::path::Path) -> Self {
+        let mut command = Self::serve(threads, extra);
+        command.arg("--state-dir").arg(state);
+        Self::spawn(command)
+    }
+
+    /// `skillhost serve` on the default model, as the figures run it.
+    fn serve(threads: i32, extra: &[&str]) -> Command {
         // The server binary sits next to this one, wherever cargo put both.
         let binary = std::env::current_exe().expect("own path").with_file_name("skillhost");
         assert!(binary.exists(), "build the server first: cargo build --release");
@@ -174,7 +186,7 @@ impl ServerProcess {
             .args(["--ctx-size", &N_CTX.to_string(), "--threads", &threads.to_string()])
             .args(extra)
             .env("RUST_LOG", "warn,skillhost=info");
-        Self::spawn_skillhost(command)
+        command
     }
 
     /// Starts skillhost on a state folder of its own.
@@ -212,11 +224,12 @@ impl ServerProcess {
             }
         });
         let server = ServerProcess { child, url, _state: None };
-        for _ in 0..1200 {
+        // Asked often: the restart figure is the time to this answer.
+        for _ in 0..12_000 {
             if ureq::get(&format!("{}/health", server.url)).call().is_ok() {
                 return server;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(10));
         }
         panic!("the server never became healthy");
     }
@@ -368,6 +381,8 @@ fn main() {
     if wanted("store") {
         let server = ServerProcess::start_with(threads, &["--no-skills"]);
         store::run_turns(&server.url);
+        drop(server);
+        store::run_restart(threads);
         println!();
     }
     if wanted("model") {
