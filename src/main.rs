@@ -312,6 +312,10 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
     // Before the model: a store that cannot be opened stops start-up at once.
     let store = skillhost_actors::store::Store::open(&config.state_dir, config.retention)?;
     tracing::info!("state: {}", store.path().display());
+    let cut = http::files::sweep_spool(&config.state_dir);
+    if cut > 0 {
+        tracing::info!(cut, "uploads a stopped server left unfinished were removed");
+    }
     sweep_hourly(store.clone());
     // Dropped last, after the server has stopped: the workspaces, artifacts
     // and profile copy this process made go with it.
@@ -325,6 +329,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         store,
         max_detached_turns: config.max_detached_turns as usize,
+        max_attachment_bytes: config.max_attachment_bytes,
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

@@ -314,6 +314,8 @@ pub struct AppOptions {
     pub store: Store,
     /// `--max-detached-turns`.
     pub max_detached_turns: usize,
+    /// `--max-attachment-bytes`.
+    pub max_attachment_bytes: u64,
 }
 
 /// The state every handler shares, around a started server.
@@ -327,6 +329,7 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         access: options.access,
         admission: options.admission,
         store: options.store,
+        max_attachment_bytes: options.max_attachment_bytes,
         background: Arc::new(http::background::Background::new(options.max_detached_turns)),
         webui_turns: http::webui_turns::Turns::default(),
         response_streams: http::background::Streams::default(),

@@ -24,11 +24,15 @@
 //! - [`sandbox`]: the `SandboxActor`, the launcher of the sandbox helper,
 //!   profiles, per-command control groups, the install settings.
 //! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
+//! - [`attachments`]: files a user attached: their limits, names, types
+//!   and the prompt's line for each.
 //! - [`task`]: `AbortOnDrop`, a task that ends with its owner.
-//! - [`store`]: the state folder's SQLite file: stored responses, opened
-//!   once, refused when damaged, foreign or newer.
+//! - [`store`]: the state folder's SQLite file: stored responses,
+//!   conversations and files, opened once, refused when damaged, foreign or
+//!   newer.
 
 pub mod artifacts;
+pub mod attachments;
 pub mod chat_loop;
 pub mod conversations;
 pub mod model;

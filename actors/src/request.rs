@@ -34,6 +34,9 @@ pub struct ChatRequest {
     /// Which of the server's ways in the request came by (for the
     /// per-skill outcomes).
     pub surface: Surface,
+    /// Files the user attached, named and checked at the edge; each
+    /// message that carries one already holds its note.
+    pub attachments: Vec<crate::attachments::Attachment>,
 }
 
 /// The ways a chat request reaches the loop.

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum, ValueHint};
 use serde::Deserialize;
+use skillhost_actors::attachments::{DEFAULT_MAX_ATTACHMENT_BYTES, MAX_CONVERSATION_ATTACHMENT_BYTES};
 use skillhost_actors::chat_loop::{
     LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
@@ -341,6 +342,9 @@ pub struct ServeArgs {
     /// What the store may hold, in bytes; past it the oldest records go [default: 1073741824]
     #[arg(long = "state-max-bytes", env = "SKILLHOST_STATE_MAX_BYTES", help_heading = STATE)]
     pub state_max_bytes: Option<u64>,
+    /// Largest file a message may carry or /v1/files may take, in bytes, at most 67108864 [default: 33554432]
+    #[arg(long = "max-attachment-bytes", env = "SKILLHOST_MAX_ATTACHMENT_BYTES", help_heading = STATE)]
+    pub max_attachment_bytes: Option<u64>,
 }
 
 /// `--multi-agent`: when requests may delegate to child agents.
@@ -517,6 +521,8 @@ pub struct ServeConfig {
     pub state_dir: PathBuf,
     /// `--state-max-age` and `--state-max-bytes`.
     pub retention: Retention,
+    /// `--max-attachment-bytes`.
+    pub max_attachment_bytes: u64,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -900,6 +906,13 @@ impl ServeArgs {
             )));
         }
         let max_queued = self.max_queued.unwrap_or(parallel.saturating_mul(QUEUE_FACTOR));
+        let max_attachment_bytes = self.max_attachment_bytes.unwrap_or(DEFAULT_MAX_ATTACHMENT_BYTES);
+        // One file must fit in what a conversation may carry.
+        if !(1..=MAX_CONVERSATION_ATTACHMENT_BYTES).contains(&max_attachment_bytes) {
+            return Err(ConfigError(format!(
+                "--max-attachment-bytes must be between 1 and {MAX_CONVERSATION_ATTACHMENT_BYTES}, got {max_attachment_bytes}"
+            )));
+        }
         let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
         if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
             return Err(ConfigError(format!(
@@ -928,6 +941,7 @@ impl ServeArgs {
             max_detached_turns,
             state_dir,
             retention,
+            max_attachment_bytes,
         })
     }
 
@@ -1151,6 +1165,7 @@ mod tests {
                 max_detached_turns: 3,
                 state_dir: default_state_dir().unwrap(),
                 retention: Retention::default(),
+                max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
             }
         );
     }
@@ -1594,6 +1609,15 @@ skills-watch: true
         let past = (MAX_DETACHED_TURNS + 1).to_string();
         assert!(with(&["--max-detached-turns", &past]).unwrap_err().0.contains("between 1 and 1024"));
         assert!(with(&["--max-detached-turns", "0"]).is_err());
+        let most = MAX_CONVERSATION_ATTACHMENT_BYTES.to_string();
+        assert_eq!(
+            with(&["--max-attachment-bytes", &most]).unwrap().max_attachment_bytes,
+            MAX_CONVERSATION_ATTACHMENT_BYTES
+        );
+        let past = (MAX_CONVERSATION_ATTACHMENT_BYTES + 1).to_string();
+        assert!(with(&["--max-attachment-bytes", &past]).unwrap_err().0.contains("must be between 1 and 67108864"));
+        assert!(with(&["--max-attachment-bytes", "0"]).is_err());
+        assert_eq!(with(&[]).unwrap().max_attachment_bytes, DEFAULT_MAX_ATTACHMENT_BYTES);
     }
 
     #[test]

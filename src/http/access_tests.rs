@@ -104,6 +104,11 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("POST", "/v1/conversations/conv_x/items", json(br#"{"items": []}"#), Need::User),
         ("GET", "/v1/conversations/conv_x/items/msg_x", None, Need::User),
         ("DELETE", "/v1/conversations/conv_x/items/msg_x", None, Need::User),
+        ("POST", "/v1/files", Some(("file-upload", Vec::new())), Need::User),
+        ("GET", "/v1/files", None, Need::User),
+        ("GET", "/v1/files/file-x", None, Need::User),
+        ("DELETE", "/v1/files/file-x", None, Need::User),
+        ("GET", "/v1/files/file-x/content", None, Need::User),
         ("GET", "/v1/models", None, Need::User),
         ("GET", "/models", None, Need::User),
         ("GET", "/v1/skills", None, Need::User),
@@ -154,6 +159,15 @@ async fn send(
     match body {
         Some(("multipart", _)) => {
             let (content_type, payload) = multipart(&archive());
+            request = request.insert_header(("content-type", content_type)).set_payload(payload);
+        }
+        Some(("file-upload", _)) => {
+            let (content_type, mut payload) = multipart(b"notes");
+            // The form's last boundary, then its purpose.
+            payload.truncate(payload.len() - "--\r\n".len());
+            payload.extend_from_slice(
+                b"\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n--gateboundary--\r\n",
+            );
             request = request.insert_header(("content-type", content_type)).set_payload(payload);
         }
         Some((content_type, payload)) => {

@@ -23,8 +23,8 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{AnthropicError, ApiError, ErrorStyle};
 use crate::http::openai::{
-    ChatCompletionRequest, Spelling, Stop, WireContent, WireFunction, WireFunctionCall, WireMessage, WireNamed,
-    WireTool, WireToolCall, WireToolChoice,
+    ChatCompletionRequest, Spelling, Stop, WireContent, WireFile, WireFunction, WireFunctionCall, WireMessage,
+    WireNamed, WirePart, WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
@@ -92,6 +92,44 @@ struct AnthropicToolChoice {
 
 fn message_id() -> String {
     format!("msg_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+}
+
+/// An `image` or `document` block as the chat request's file part: its
+/// `source` inline (`base64`, or a document's `text`) or a stored file
+/// (`file`); a `url` source is refused, as this server fetches nothing.
+fn attached(block: &Value, at: &str) -> Result<WirePart, ApiError> {
+    let source = &block["source"];
+    let field = |name: &str| source.get(name).and_then(Value::as_str).map(str::to_string);
+    let file = match source["type"].as_str() {
+        Some("base64") => {
+            let data = field("data").ok_or_else(|| {
+                ApiError::bad_param(&format!("{at}.source.data"), format!("'{at}.source' (base64) needs 'data'"))
+            })?;
+            WireFile { file_data: Some(data), ..WireFile::default() }
+        }
+        Some("text") if block["type"] == "document" => {
+            let data = field("data").unwrap_or_default();
+            WireFile { file_data: Some(format!("data:text/plain,{data}")), ..WireFile::default() }
+        }
+        Some("file") => WireFile { file_id: field("file_id"), ..WireFile::default() },
+        Some("url") => return Err(crate::http::attachments::no_urls(&format!("{at}.source.url"))),
+        other => {
+            return Err(ApiError::bad_param(
+                &format!("{at}.source.type"),
+                format!(
+                    "'{at}.source.type' is {}; this server takes base64, text (documents) and file sources",
+                    other.map_or_else(|| "missing".to_string(), |kind| format!("'{kind}'"))
+                ),
+            ))
+        }
+    };
+    let filename = block.get("title").and_then(Value::as_str).map(str::to_string);
+    Ok(WirePart {
+        kind: "file".into(),
+        file: Some(WireFile { filename, ..file }),
+        at: Some(format!("{at}.source")),
+        ..WirePart::default()
+    })
 }
 
 /// The text of a `tool_result`'s content: a string or text blocks.
@@ -180,6 +218,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut results = Vec::new();
+        let mut files = Vec::new();
         for (n, block) in blocks.iter().enumerate() {
             let at = format!("{at}.content[{n}]");
             let field = |name: &str| block.get(name);
@@ -219,12 +258,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
                 }
                 // Reasoning from earlier turns is not replayed to the model.
                 Some("thinking" | "redacted_thinking") if message.role == "assistant" => {}
-                Some(kind @ ("image" | "document")) => {
-                    return Err(ApiError::bad_param(
-                        &at,
-                        format!("'{at}' is an {kind} block; this server's model reads text only"),
-                    ))
-                }
+                Some("image" | "document") if message.role == "user" => files.push(attached(block, &at)?),
                 Some(kind) => {
                     return Err(ApiError::bad_param(
                         &at,
@@ -237,7 +271,12 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         // Tool results answer the assistant turn before them, so they come
         // first; any text of the same user turn follows them.
         messages.extend(results);
-        if !text.is_empty() || !calls.is_empty() {
+        if !files.is_empty() {
+            let mut parts = vec![WirePart { kind: "text".into(), text: Some(text), ..WirePart::default() }];
+            parts.extend(files);
+            messages
+                .push(WireMessage { content: Some(WireContent::Parts(parts)), ..text_message("user", String::new()) });
+        } else if !text.is_empty() || !calls.is_empty() {
             messages.push(WireMessage {
                 role: message.role,
                 content: Some(WireContent::Text(text)),

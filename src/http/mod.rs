@@ -4,12 +4,14 @@
 pub mod access;
 pub mod anthropic;
 pub mod artifacts;
+pub mod attachments;
 pub mod background;
 pub mod body;
 pub mod chat;
 pub mod compact;
 pub mod conversations_api;
 pub mod error;
+pub mod files;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -38,8 +40,11 @@ pub struct AppState {
     pub access: std::sync::Arc<access::Access>,
     /// Requests running or waiting, bounded by `--max-queued`.
     pub admission: access::Admission,
-    /// The state folder's store: stored responses.
+    /// The state folder's store: stored responses, conversations, files.
     pub store: skillhost_actors::store::Store,
+    /// `--max-attachment-bytes`: the largest file a message may carry or
+    /// `/v1/files` may take.
+    pub max_attachment_bytes: u64,
     /// Turns running with no client attached (background responses, Web
     /// UI turns whose pages left), bounded by `--max-detached-turns`.
     pub background: std::sync::Arc<background::Background>,
@@ -99,6 +104,23 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/v1/responses/{id}/input_items")
                 .route(web::get().to(responses::input_items_list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/files")
+                .route(web::post().to(files::upload))
+                .route(web::get().to(files::list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/files/{id}")
+                .route(web::get().to(files::retrieve))
+                .route(web::delete().to(files::delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/files/{id}/content")
+                .route(web::get().to(files::content))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
@@ -287,6 +309,8 @@ mod forced_call_tests;
 
 #[cfg(test)]
 mod conversations_tests;
+#[cfg(test)]
+mod files_tests;
 #[cfg(test)]
 mod responses_tests;
 #[cfg(test)]

@@ -18,8 +18,8 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
-    ChatCompletionRequest, Spelling, Stop, WireContent, WireFunctionCall, WireJsonSchema, WireMessage,
-    WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
+    ChatCompletionRequest, Spelling, Stop, WireContent, WireFunctionCall, WireImageUrl, WireJsonSchema, WireMessage,
+    WirePart, WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
@@ -139,11 +139,21 @@ fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiErr
     let mut pending: Vec<(String, String)> = Vec::new();
     let mut messages = Vec::with_capacity(request.messages.len());
     for (index, message) in request.messages.into_iter().enumerate() {
-        if message.images.as_ref().is_some_and(|images| !images.is_empty()) {
-            return Err(ApiError::bad_param(
-                &format!("messages[{index}].images"),
-                "this server's model reads text only; remove 'images'",
-            ));
+        // Ollama's `images` are base64 strings; each becomes an image part
+        // (a file with a note: this server's models cannot see them).
+        let mut images = Vec::new();
+        for (n, image) in message.images.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("messages[{index}].images[{n}]");
+            let Value::String(data) = image else {
+                return Err(ApiError::bad_param(&at, format!("'{at}' must be a base64 string")));
+            };
+            let url = if data.starts_with("data:") { data } else { format!("data:;base64,{data}") };
+            images.push(WirePart {
+                kind: "image_url".into(),
+                image_url: Some(WireImageUrl { url, detail: None }),
+                at: Some(at),
+                ..WirePart::default()
+            });
         }
         let tool_calls = message.tool_calls.map(|calls| {
             calls
@@ -170,9 +180,15 @@ fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiErr
                 None => format!("call_{index}"),
             }
         });
+        let content = if images.is_empty() {
+            message.content.map(WireContent::Text)
+        } else {
+            let text = WirePart { kind: "text".into(), text: message.content, ..WirePart::default() };
+            Some(WireContent::Parts(std::iter::once(text).chain(images).collect()))
+        };
         messages.push(WireMessage {
             role: message.role,
-            content: message.content.map(WireContent::Text),
+            content,
             tool_calls,
             tool_call_id,
             name: message.tool_name,
@@ -448,7 +464,10 @@ mod tests {
     fn bad_shapes_name_the_field() {
         let cases = [
             (json!({"messages": [], "format": 3}), "'format' must be"),
-            (json!({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}), "reads text only"),
+            (
+                json!({"messages": [{"role": "user", "content": "x", "images": [7]}]}),
+                "'messages[0].images[0]' must be a base64 string",
+            ),
         ];
         for (body, message) in cases {
             let err = translated(body).unwrap_err();

@@ -8,6 +8,7 @@ use skillhost_actors::{ChatFinish, ChatRequest, Usage};
 use skillhost_engine::schema_limits;
 use skillhost_engine::{ChatMessage, ResponseFormat, Role, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
 
+use crate::http::attachments::{decode_data, no_urls, Pending, Source};
 use crate::http::error::ApiError;
 
 /// Most stop sequences one request may give.
@@ -91,11 +92,35 @@ pub enum WireContent {
     Parts(Vec<WirePart>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct WirePart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    /// `image_url` parts: `{"url": "data:image/png;base64,…"}`.
+    pub image_url: Option<WireImageUrl>,
+    /// `file` parts: `{"file_id": …}` or `{"filename": …, "file_data": …}`.
+    pub file: Option<WireFile>,
+    /// Where the part is in the surface's own request (`input[2].content[1]`),
+    /// for errors; the chat request's path when unset.
+    #[serde(skip)]
+    pub at: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct WireImageUrl {
+    pub url: String,
+    /// How closely a vision model should look; this server has none.
+    #[allow(dead_code)]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireFile {
+    pub file_id: Option<String>,
+    pub file_data: Option<String>,
+    pub filename: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,30 +215,68 @@ fn role(index: usize, role: &str) -> Result<Role, ApiError> {
     }
 }
 
-fn content(index: usize, content: Option<WireContent>) -> Result<String, ApiError> {
+/// A message's text and the files it carries.
+fn content(index: usize, content: Option<WireContent>) -> Result<(String, Vec<Pending>), ApiError> {
     match content {
-        None => Ok(String::new()),
-        Some(WireContent::Text(text)) => Ok(text),
+        None => Ok((String::new(), Vec::new())),
+        Some(WireContent::Text(text)) => Ok((text, Vec::new())),
         Some(WireContent::Parts(parts)) => {
             let mut text = String::new();
+            let mut files = Vec::new();
             for (part_index, part) in parts.into_iter().enumerate() {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(part_text)) => text.push_str(&part_text),
-                    ("text", None) => {
-                        return Err(ApiError::bad_param(
-                            &format!("messages[{index}].content[{part_index}].text"),
-                            format!("messages[{index}].content[{part_index}] is a text part without 'text'"),
-                        ))
+                let at = part.at.clone().unwrap_or_else(|| format!("messages[{index}].content[{part_index}]"));
+                match part.kind.as_str() {
+                    "text" => match part.text {
+                        Some(part_text) => text.push_str(&part_text),
+                        None => {
+                            return Err(ApiError::bad_param(
+                                &format!("{at}.text"),
+                                format!("{at} is a text part without 'text'"),
+                            ))
+                        }
+                    },
+                    "image_url" => {
+                        let field = format!("{at}.image_url");
+                        let Some(image) = part.image_url else {
+                            return Err(ApiError::bad_param(
+                                &field,
+                                format!("{at} is an image part without 'image_url'"),
+                            ));
+                        };
+                        if !image.url.starts_with("data:") {
+                            return Err(no_urls(&field));
+                        }
+                        let source = Source::Data(decode_data(&image.url, &field)?);
+                        files.push(Pending { message: index, at: field, filename: None, source });
                     }
-                    (kind, _) => {
+                    "file" => {
+                        let field = format!("{at}.file");
+                        let Some(file) = part.file else {
+                            return Err(ApiError::bad_param(&field, format!("{at} is a file part without 'file'")));
+                        };
+                        let source = match (file.file_id, file.file_data) {
+                            (Some(id), None) => Source::Stored(id),
+                            (None, Some(data)) => Source::Data(decode_data(&data, &format!("{field}.file_data"))?),
+                            _ => {
+                                return Err(ApiError::bad_param(
+                                    &field,
+                                    format!(
+                                        "{field} needs one of 'file_id' (a file uploaded to /v1/files) or 'file_data'"
+                                    ),
+                                ))
+                            }
+                        };
+                        files.push(Pending { message: index, at: field, filename: file.filename, source });
+                    }
+                    kind => {
                         return Err(ApiError::bad_param(
-                            &format!("messages[{index}].content[{part_index}].type"),
-                            format!("messages[{index}].content[{part_index}] has type '{kind}'; this server accepts only text parts"),
+                            &format!("{at}.type"),
+                            format!("{at} has type '{kind}'; this server accepts text, image_url and file parts"),
                         ))
                     }
                 }
             }
-            Ok(text)
+            Ok((text, files))
         }
     }
 }
@@ -254,6 +317,9 @@ pub struct ValidatedChat {
     pub request: ChatRequest,
     pub stream: bool,
     pub include_usage: bool,
+    /// The files the messages carry, read and named by
+    /// [`crate::http::attachments::attach`] before the turn starts.
+    pub attachments: Vec<Pending>,
 }
 
 /// How a surface spells the request fields the validator names in its
@@ -323,9 +389,18 @@ impl ChatCompletionRequest {
             return Err(ApiError::bad_param("logprobs", "'logprobs' is not supported by this server"));
         }
         let mut messages = Vec::with_capacity(self.messages.len());
+        let mut attachments = Vec::new();
         for (index, wire) in self.messages.into_iter().enumerate() {
             let role = role(index, &wire.role)?;
-            let mut message = ChatMessage::new(role, content(index, wire.content)?);
+            let (text, files) = content(index, wire.content)?;
+            if !files.is_empty() && role != Role::User {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{index}].content"),
+                    format!("messages[{index}] carries a file, but only user messages can"),
+                ));
+            }
+            attachments.extend(files);
+            let mut message = ChatMessage::new(role, text);
             if let Some(calls) = wire.tool_calls {
                 if role != Role::Assistant {
                     return Err(ApiError::bad_param(
@@ -509,9 +584,11 @@ impl ChatCompletionRequest {
                 conversation: None,
                 restore: None,
                 surface: spelling.surface,
+                attachments: Vec::new(),
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            attachments,
         })
     }
 }
@@ -644,7 +721,27 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
-                "has type 'image_url'; this server accepts only text parts",
+                "messages[0].content[0] is an image part without 'image_url'",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]}),
+                "'messages[0].content[0].image_url' is a URL; this server fetches nothing from the network",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]}),
+                "messages[0].content[0].file needs one of 'file_id' (a file uploaded to /v1/files) or 'file_data'",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_data": "%%%"}}]}]}),
+                "'messages[0].content[0].file.file_data' is not valid base64",
+            ),
+            (
+                json!({"messages": [{"role": "assistant", "content": [{"type": "file", "file": {"file_id": "file-1"}}]}]}),
+                "messages[0] carries a file, but only user messages can",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}),
+                "has type 'input_audio'; this server accepts text, image_url and file parts",
             ),
             (json!({"messages": user(), "temperature": 2.5}), "'temperature' must be between 0 and 2, got 2.5"),
             (json!({"messages": user(), "top_p": -0.1}), "'top_p' must be between 0 and 1, got -0.1"),

@@ -31,8 +31,9 @@ use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{
-    is_valid_tool_name, ChatCompletionRequest, Spelling, WireContent, WireFunction, WireFunctionCall, WireJsonSchema,
-    WireMessage, WireNamed, WireResponseFormat, WireTool, WireToolCall, WireToolChoice, MAX_TOOL_NAME_LEN,
+    is_valid_tool_name, ChatCompletionRequest, Spelling, WireContent, WireFile, WireFunction, WireFunctionCall,
+    WireImageUrl, WireJsonSchema, WireMessage, WireNamed, WirePart, WireResponseFormat, WireTool, WireToolCall,
+    WireToolChoice, MAX_TOOL_NAME_LEN,
 };
 use crate::http::stream::{begin_translated, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
@@ -170,7 +171,9 @@ fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
                     Some(kind) => {
                         return Err(ApiError::bad_param(
                             &format!("{at}.content[{n}]"),
-                            format!("'{at}.content[{n}]' is '{kind}'; this server's model reads text only"),
+                            format!(
+                                "'{at}.content[{n}]' is '{kind}'; only a user message's content carries files here"
+                            ),
                         ))
                     }
                     None => {
@@ -185,6 +188,61 @@ fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
             format!("'{at}.content' must be a string or a list of text parts, got {other}"),
         )),
     }
+}
+
+/// A message's content as the chat request's: a string, or its parts, with
+/// `input_file` and `input_image` parts as file and image parts.
+fn content_parts(content: &Value, at: &str) -> Result<WireContent, ApiError> {
+    let Value::Array(parts) = content else { return content_text(content, at).map(WireContent::Text) };
+    let carries_files = parts.iter().any(|part| matches!(part["type"].as_str(), Some("input_file" | "input_image")));
+    if !carries_files {
+        return content_text(content, at).map(WireContent::Text);
+    }
+    let mut wire = Vec::with_capacity(parts.len());
+    for (n, part) in parts.iter().enumerate() {
+        let here = format!("{at}.content[{n}]");
+        let text = |field: &str| part.get(field).and_then(Value::as_str).map(str::to_string);
+        let converted = match part["type"].as_str() {
+            Some("input_text" | "output_text" | "text") => {
+                WirePart { kind: "text".into(), text: Some(text("text").unwrap_or_default()), ..WirePart::default() }
+            }
+            Some("input_file") => {
+                if text("file_url").is_some() {
+                    return Err(crate::http::attachments::no_urls(&format!("{here}.file_url")));
+                }
+                let file =
+                    WireFile { file_id: text("file_id"), file_data: text("file_data"), filename: text("filename") };
+                WirePart { kind: "file".into(), file: Some(file), ..WirePart::default() }
+            }
+            Some("input_image") => match (text("image_url"), text("file_id")) {
+                (Some(url), None) => WirePart {
+                    kind: "image_url".into(),
+                    image_url: Some(WireImageUrl { url, detail: None }),
+                    ..WirePart::default()
+                },
+                (None, Some(id)) => WirePart {
+                    kind: "file".into(),
+                    file: Some(WireFile { file_id: Some(id), ..WireFile::default() }),
+                    ..WirePart::default()
+                },
+                _ => {
+                    return Err(ApiError::bad_param(
+                        &here,
+                        format!("'{here}' (input_image) needs one of 'image_url' (a data: URL) or 'file_id'"),
+                    ))
+                }
+            },
+            Some(kind) => {
+                return Err(ApiError::bad_param(
+                    &here,
+                    format!("'{here}' is '{kind}'; this server takes input_text, input_file and input_image parts"),
+                ))
+            }
+            None => return Err(ApiError::bad_param(&here, "a content part needs a 'type'")),
+        };
+        wire.push(WirePart { at: Some(here), ..converted });
+    }
+    Ok(WireContent::Parts(wire))
 }
 
 fn text_message(role: &str, text: String) -> WireMessage {
@@ -218,8 +276,8 @@ pub(crate) fn messages_from_items(items: &[Value], field: &str) -> Result<Vec<Wi
                         ))
                     }
                 };
-                let text = content_text(item.get("content").unwrap_or(&Value::Null), &at)?;
-                messages.push(text_message(role, text));
+                let content = content_parts(item.get("content").unwrap_or(&Value::Null), &at)?;
+                messages.push(WireMessage { content: Some(content), ..text_message(role, String::new()) });
             }
             "function_call" => {
                 let (Some(call_id), Some(name)) = (
@@ -1166,7 +1224,10 @@ pub async fn input_tokens(
         resolve(&state, &owner, wire.previous_response_id.as_deref(), conversation.as_deref(), given).await?;
     let (chat, _) = translate(wire, &context, &input)?;
     let validated = chat.validate_as(&info.id, &SPELLING)?;
-    let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;
+    // Attachments' lines are part of the prompt the count is for.
+    let mut counted = validated.request;
+    crate::http::attachments::attach(&state, &owner, &mut counted, validated.attachments).await?;
+    let input_tokens = state.server.count_tokens(&counted).await.map_err(ApiError::from)?;
     Ok(HttpResponse::Ok().json(json!({"object": "response.input_tokens", "input_tokens": input_tokens})))
 }
 

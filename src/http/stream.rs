@@ -61,7 +61,10 @@ pub async fn begin_translated(
     let info = ready_model(state)?;
     apply_tool_choice_header(request, &mut translated)?;
     let validated = translated.validate_as(&info.id, spelling)?;
-    let (chat, peer) = start(state, request, validated.request).await?;
+    let mut chat_request = validated.request;
+    let owner = crate::http::access::Caller::of(request);
+    crate::http::attachments::attach(state, &owner, &mut chat_request, validated.attachments).await?;
+    let (chat, peer) = start(state, request, chat_request).await?;
     Ok(Begun { chat, peer, info, stream: validated.stream, include_usage: validated.include_usage })
 }
 

@@ -86,6 +86,7 @@ pub(crate) struct TestServer {
     keep_alive: Duration,
     state: Option<PathBuf>,
     max_detached_turns: usize,
+    max_attachment_bytes: u64,
 }
 
 /// A started test server.
@@ -136,6 +137,7 @@ impl TestServer {
             keep_alive: crate::http::webui::KEEP_ALIVE,
             state: None,
             max_detached_turns: 4,
+            max_attachment_bytes: skillhost_actors::attachments::DEFAULT_MAX_ATTACHMENT_BYTES,
         }
     }
 
@@ -219,6 +221,11 @@ impl TestServer {
     }
 
     /// Background turns that may run at once (`--max-detached-turns`).
+    pub(crate) fn max_attachment_bytes(mut self, cap: u64) -> Self {
+        self.max_attachment_bytes = cap;
+        self
+    }
+
     pub(crate) fn max_detached_turns(mut self, cap: usize) -> Self {
         self.max_detached_turns = cap;
         self
@@ -260,6 +267,7 @@ impl TestServer {
             started_at: 0,
             store,
             max_detached_turns: self.max_detached_turns,
+            max_attachment_bytes: self.max_attachment_bytes,
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

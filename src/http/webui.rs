@@ -191,6 +191,8 @@ async fn start_chat(
     apply_tool_choice_header(request, &mut wire)?;
     let mut validated = wire.validate_as(&info.id, &SPELLING)?;
     validated.request.conversation = Some(conversation.clone());
+    let pending = std::mem::take(&mut validated.attachments);
+    let used_files = crate::http::attachments::attach(state, &caller, &mut validated.request, pending).await?;
     if stored.is_some() {
         validated.request.restore = files_to_restore(state, &caller, &conversation).await;
     }
@@ -209,7 +211,18 @@ async fn start_chat(
     let title = stored.as_ref().map_or_else(|| title_of(&kept.messages), |stored| stored.title.clone());
     let saved = {
         let (owner, id, history, title) = (caller.clone(), conversation.clone(), history.clone(), title.clone());
-        state.store.run(move |conn| webui_store::begin_turn(conn, &owner, &id, &title, &history, unix_now())).await
+        state
+            .store
+            .run(move |conn| {
+                let begun = webui_store::begin_turn(conn, &owner, &id, &title, &history, unix_now())?;
+                // The files its messages name belong to it from now on,
+                // and go when it goes.
+                if begun {
+                    skillhost_actors::store::files::adopt(conn, &owner, &id, &used_files)?;
+                }
+                Ok(begun)
+            })
+            .await
     };
     match saved {
         Ok(true) => {}

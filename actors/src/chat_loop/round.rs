@@ -349,7 +349,10 @@ pub(super) async fn finish_round(state: &mut LoopState, reason: FinishReason, ti
         return Next::Done;
     }
 
-    let answers_ours = state.bench.skill_tools.is_some() || state.bench.code_tools || state.agents.is_some();
+    let answers_ours = state.bench.skill_tools.is_some()
+        || state.bench.code_tools
+        || !state.bench.attachments.is_empty()
+        || state.agents.is_some();
     // A caller's tool that a loaded skill's allowed-tools leaves out is
     // refused here, like one of ours, instead of going back to the caller.
     let for_caller = |call: &ToolCall| {
@@ -454,6 +457,7 @@ pub(super) fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
         events: state.events.clone(),
         offered: state.prompt.tools.iter().map(|t| t.name.clone()).collect(),
         code_tools: state.bench.code_tools,
+        attachments: Arc::clone(&state.bench.attachments),
         skill_tools: state.bench.skill_tools.clone(),
         workspace: state.bench.workspace.as_ref().map(|w| w.actor.clone()),
         sandbox: state.bench.sandbox.clone(),

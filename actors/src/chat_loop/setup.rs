@@ -150,6 +150,23 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
         }
     }
     let code_tools = workspace.is_some();
+    // The user's attachments: in the working folder when there is one,
+    // else read from memory by a `read_file` that reaches nothing else.
+    let mut attachments = Arc::new(Vec::new());
+    if !request.attachments.is_empty() {
+        match &workspace {
+            Some(opened) => {
+                let files = Arc::new(request.attachments.clone());
+                let written = crate::tools::workspace_actor::put_attachments(&opened.actor, files).await;
+                tracing::debug!(written, "attachments written to the working folder");
+            }
+            None if capabilities.tools && given("read_file") && !caller_tools.contains("read_file") => {
+                attachments = Arc::new(request.attachments.clone());
+                tools.push(tools::read_file::attachments_declaration());
+            }
+            None => {}
+        }
+    }
     // The operator's temperatures replace only one the request left unset;
     // an explicit client value wins.
     if let (Some(temperature), false) = (settings.temperature, request.temperature_set) {
@@ -268,6 +285,7 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
             sandbox,
             artifacts,
             code_tools,
+            attachments,
             run_id: crate::replica::stamp(format!("run-{}", output::new_call_id().trim_start_matches("call_"))),
             conversations,
             answered: Vec::new(),

@@ -128,6 +128,9 @@ pub(super) struct Workbench {
     pub(super) artifacts: Option<Artifacts>,
     /// The code tools are declared.
     pub(super) code_tools: bool,
+    /// The request's attachments, which `read_file` reads from memory
+    /// when there is no working folder; empty when it is not offered so.
+    pub(super) attachments: Arc<Vec<crate::attachments::Attachment>>,
     /// Artifacts of this request are stored under this id.
     pub(super) run_id: String,
     pub(super) conversations: Arc<Conversations>,

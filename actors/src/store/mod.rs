@@ -1,6 +1,7 @@
 //! The state folder's store: one SQLite file (`state.db`) that keeps what
 //! must outlive a process: the Responses API's stored responses and
-//! conversations, and the Web UI's conversations with their files.
+//! conversations, the Web UI's conversations with their files, and the
+//! files uploaded to `/v1/files` or attached in the Web UI.
 //!
 //! The file is opened once, at start-up, by one server: it holds an
 //! exclusive lock on `state.lock` beside it for as long as it runs, so a
@@ -18,6 +19,7 @@
 //! [`Store::run`], which runs it on tokio's blocking pool.
 
 pub mod conversations;
+pub mod files;
 pub mod responses;
 pub mod webui;
 
@@ -100,6 +102,22 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (conversation_id, path)
     ) STRICT;
     CREATE INDEX webui_conversations_by_owner ON webui_conversations(owner, touched_at);",
+    // 4: files (`/v1/files` and the Web UI's attachments), their content
+    // as a blob. A file a Web UI conversation took in goes with it.
+    "CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER,
+        conversation_id TEXT REFERENCES webui_conversations(id) ON DELETE CASCADE,
+        content BLOB NOT NULL
+    ) STRICT;
+    CREATE INDEX files_by_owner ON files(owner, created_at);
+    CREATE INDEX files_by_conversation ON files(conversation_id);",
 ];
 
 /// The version this build writes.
@@ -298,15 +316,23 @@ pub fn retain(conn: &mut Connection, retention: Retention, now: u64) -> Result<u
     let mut dropped = conn.execute("DELETE FROM responses WHERE created_at < ?1", [cutoff])?;
     dropped += conn.execute("DELETE FROM conversations WHERE touched_at < ?1", [cutoff])?;
     dropped += conn.execute("DELETE FROM webui_conversations WHERE touched_at < ?1", [cutoff])?;
+    // A conversation's files go with it; the others by age, or when the
+    // expiry their upload asked for has passed.
+    dropped += conn.execute(
+        "DELETE FROM files WHERE conversation_id IS NULL AND (created_at < ?1 OR expires_at <= ?2)",
+        [cutoff, now as i64],
+    )?;
     while live_bytes(conn)? > retention.max_bytes {
         // A tenth of what is left at a time (at least one), oldest first:
         // everything as old as the tenth-oldest record goes.
         let threshold: Option<i64> = conn
             .query_row(
                 "SELECT t FROM (SELECT created_at AS t FROM responses UNION ALL SELECT touched_at FROM conversations
-                     UNION ALL SELECT touched_at FROM webui_conversations)
+                     UNION ALL SELECT touched_at FROM webui_conversations
+                     UNION ALL SELECT created_at FROM files WHERE conversation_id IS NULL)
                  ORDER BY t LIMIT 1 OFFSET max(0, ((SELECT count(*) FROM responses)
-                     + (SELECT count(*) FROM conversations) + (SELECT count(*) FROM webui_conversations)) / 10 - 1)",
+                     + (SELECT count(*) FROM conversations) + (SELECT count(*) FROM webui_conversations)
+                     + (SELECT count(*) FROM files WHERE conversation_id IS NULL)) / 10 - 1)",
                 [],
                 |row| row.get(0),
             )
@@ -314,7 +340,8 @@ pub fn retain(conn: &mut Connection, retention: Retention, now: u64) -> Result<u
         let Some(threshold) = threshold else { break };
         let gone = conn.execute("DELETE FROM responses WHERE created_at <= ?1", [threshold])?
             + conn.execute("DELETE FROM conversations WHERE touched_at <= ?1", [threshold])?
-            + conn.execute("DELETE FROM webui_conversations WHERE touched_at <= ?1", [threshold])?;
+            + conn.execute("DELETE FROM webui_conversations WHERE touched_at <= ?1", [threshold])?
+            + conn.execute("DELETE FROM files WHERE conversation_id IS NULL AND created_at <= ?1", [threshold])?;
         if gone == 0 {
             break;
         }

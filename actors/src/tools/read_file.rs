@@ -1,6 +1,7 @@
 //! `read_file(path, offset, limit)`: a file of the working folder with line
 //! numbers. It reads only as far as what it shows, and never past
-//! [`FILE_TOOL_MAX_BYTES`] of a file.
+//! [`FILE_TOOL_MAX_BYTES`] of a file. Without a working folder it reads
+//! the request's attachments, from memory.
 
 use std::io::{BufRead, BufReader, Read};
 
@@ -8,6 +9,7 @@ use serde_json::{json, Map, Value};
 use skillhost_engine::ToolDef;
 
 use super::{args, Answer, ToolError, FILE_TOOL_MAX_BYTES};
+use crate::attachments::{Attachment, ATTACHMENTS_DIR};
 use crate::workspace::DirHandle;
 
 /// Lines `read_file` returns when no limit is given.
@@ -18,11 +20,15 @@ pub const READ_MAX_LINES: usize = 2000;
 pub const READ_MAX_BYTES: usize = 48 * 1024;
 
 pub fn declaration() -> ToolDef {
+    declared("Show a file of the working folder with line numbers.", "File path, relative to the working folder.")
+}
+
+fn declared(description: &str, path: &str) -> ToolDef {
     ToolDef {
         name: "read_file".into(),
-        description: "Show a file of the working folder with line numbers.".into(),
+        description: description.into(),
         parameters: json!({"type": "object", "properties": {
-            "path": {"type": "string", "description": "File path, relative to the working folder."},
+            "path": {"type": "string", "description": path},
             "offset": {"type": "integer", "description": "First line to show (1-based)."},
             "limit": {"type": "integer", "description": "How many lines to show."}
         }, "required": ["path"]}),
@@ -59,6 +65,47 @@ pub fn run(dir: &DirHandle, arguments: &Map<String, Value>) -> Result<Answer, To
         return Err(ToolError::Model("Say which file to read: read_file(path=\"…\").".into()));
     };
     let (file, bytes) = dir.open_file(&path)?;
+    show(&path, file, bytes, arguments)
+}
+
+/// The declaration when the only files are the user's attachments (no
+/// working folder: `--code-exec` is off).
+pub fn attachments_declaration() -> ToolDef {
+    declared(
+        "Show a file the user attached (attachments/NAME) with line numbers.",
+        "The attachment's path, as its message names it.",
+    )
+}
+
+/// `read_file` over the request's attachments alone, read from memory:
+/// nothing on disk is named, so no path the model writes reaches a folder.
+pub fn run_attachments(attachments: &[Attachment], arguments: &Map<String, Value>) -> Result<Answer, ToolError> {
+    let Some(path) = args::path(arguments) else {
+        return Err(ToolError::Model("Say which attachment to read: read_file(path=\"attachments/…\").".into()));
+    };
+    let wanted = path.trim_start_matches("./");
+    let wanted = wanted.strip_prefix(&format!("{ATTACHMENTS_DIR}/")).unwrap_or(wanted);
+    let Some(attachment) = attachments.iter().find(|a| a.name == wanted) else {
+        let names: Vec<String> = attachments.iter().map(Attachment::path).collect();
+        return Err(ToolError::Model(format!(
+            "There is no attachment '{path}'. The attachments are: {}.",
+            names.join(", ")
+        )));
+    };
+    if attachment.text().is_none() {
+        return Err(ToolError::Model(format!(
+            "'{}' is {} ({} bytes), not text: read_file shows text, and this server runs no tools that convert it.",
+            attachment.path(),
+            attachment.media_type,
+            attachment.content.len()
+        )));
+    }
+    show(&attachment.path(), &attachment.content[..], attachment.content.len() as u64, arguments)
+}
+
+/// The lines `arguments` ask for of a file of `bytes` bytes read from
+/// `file`, numbered, within the tool's limits.
+fn show(path: &str, file: impl Read, bytes: u64, arguments: &Map<String, Value>) -> Result<Answer, ToolError> {
     let offset = args::number(arguments, "offset").unwrap_or(1).max(1) as usize;
     let limit =
         (args::number(arguments, "limit").unwrap_or(READ_DEFAULT_LINES as u64) as usize).clamp(1, READ_MAX_LINES);
@@ -190,6 +237,34 @@ mod tests {
         let past = read(dir.path(), json!({"path": "past.txt", "limit": 2000}));
         assert!(past.contains(&format!("lines 1-{} ", full_lines)), "{}", &past[..60]);
         assert!(past.contains(&format!("offset={})]", full_lines + 1)));
+    }
+
+    #[test]
+    fn without_a_folder_it_reads_attachments_and_nothing_else() {
+        let attachment = |name: &str, media_type: &str, content: &[u8]| Attachment {
+            message: 0,
+            name: name.into(),
+            media_type: media_type.into(),
+            content: bytes::Bytes::copy_from_slice(content),
+        };
+        let attachments = vec![
+            attachment("notes.txt", "text/plain", b"first\nsecond\n"),
+            attachment("report.pdf", "application/pdf", b"%PDF-1.7"),
+        ];
+        let read = |args: Value| match run_attachments(&attachments, args.as_object().unwrap()) {
+            Ok(answer) => answer.text,
+            Err(err) => err.to_string(),
+        };
+        let shown = "[read_file: 'attachments/notes.txt', lines 2-2 of 2]\n     2\tsecond\n";
+        for path in ["attachments/notes.txt", "notes.txt", "./attachments/notes.txt"] {
+            assert_eq!(read(json!({"path": path, "offset": 2})), shown, "{path}");
+        }
+        assert_eq!(
+            read(json!({"path": "../../etc/passwd"})),
+            "There is no attachment '../../etc/passwd'. The attachments are: attachments/notes.txt, attachments/report.pdf."
+        );
+        assert!(read(json!({"path": "attachments/report.pdf"}))
+            .starts_with("'attachments/report.pdf' is application/pdf (8 bytes), not text"));
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct ToolRunner {
     /// Names of every tool offered this request.
     pub offered: Vec<String>,
     pub code_tools: bool,
+    /// What `read_file` reads when there is no working folder.
+    pub attachments: Arc<Vec<crate::attachments::Attachment>>,
     pub skill_tools: Option<ToolContext>,
     pub workspace: Option<ActorRef<WorkspaceMsg>>,
     pub sandbox: Option<ActorRef<SandboxMsg>>,
@@ -194,6 +196,9 @@ impl ToolRunner {
             Tool::SpawnAgent | Tool::SendInput | Tool::WaitAgent | Tool::CloseAgent | Tool::ListAgents => {
                 let Some(desk) = &self.agents else { return Err(no_such_tool()) };
                 desk.call(tool, &self.agent_id, call).await
+            }
+            Tool::ReadFile if !self.code_tools && !self.attachments.is_empty() => {
+                tools::read_file::run_attachments(&self.attachments, &tools::args::arguments(call))
             }
             Tool::ReadFile | Tool::WriteFile | Tool::ApplyPatch | Tool::EditFile | Tool::Shell => {
                 let Some(workspace) = self.workspace.as_ref().filter(|_| self.code_tools) else {

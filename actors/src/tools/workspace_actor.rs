@@ -10,11 +10,13 @@
 //! deleted when the actor's state is dropped, whether it stopped or was
 //! killed.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::artifacts::{Artifacts, PRIVATE};
+use crate::attachments::Attachment;
 use crate::sandbox::actor::SandboxMsg;
 use crate::tools::shell::ShellMemory;
 use crate::tools::{self, Answer, CodeCall, CodeContext, ToolError};
@@ -47,6 +49,10 @@ pub enum WorkspaceMsg {
     /// conversation keeps them in the store at the end of each turn);
     /// `None` once the folder is gone.
     Snapshot { max_bytes: u64, reply: RpcReplyPort<Option<crate::workspace::snapshot::Snapshot>> },
+    /// Sent by a request's loop as it starts: writes the user's
+    /// attachments under `attachments/` (see
+    /// [`crate::attachments::write_into`]); replies how many were written.
+    PutAttachments { attachments: Arc<Vec<Attachment>>, reply: RpcReplyPort<usize> },
 }
 
 pub struct WorkspaceState {
@@ -106,13 +112,25 @@ impl Actor for WorkspaceActor {
                     Some(workspace) => {
                         // The server's bookkeeping and the packages the host
                         // installed are not the conversation's work: left
-                        // out, as they are from artifacts.
-                        let skip = crate::artifacts::PRIVATE;
+                        // out, as they are from artifacts. Attachments are
+                        // kept in the store already, as files of their own.
+                        let [a, b, c, d] = PRIVATE;
+                        let skip = [a, b, c, d, crate::attachments::ATTACHMENTS_DIR];
                         workspace.with_handle(move |dir| crate::workspace::snapshot::take(dir, max_bytes, &skip)).await
                     }
                     None => None,
                 };
                 let _ = reply.send(taken);
+            }
+            WorkspaceMsg::PutAttachments { attachments, reply } => {
+                let written = match state.workspace.as_ref() {
+                    Some(workspace) => workspace
+                        .with_handle(move |dir| crate::attachments::write_into(dir, &attachments))
+                        .await
+                        .unwrap_or(0),
+                    None => 0,
+                };
+                let _ = reply.send(written);
             }
         }
         Ok(())
@@ -146,6 +164,15 @@ async fn answer(
         }
     }
     Ok(answer)
+}
+
+/// Writes `attachments` into a workspace actor's folder, after whatever
+/// it is doing; 0 when the folder is gone.
+pub async fn put_attachments(workspace: &ActorRef<WorkspaceMsg>, attachments: Arc<Vec<Attachment>>) -> usize {
+    match workspace.call(|reply| WorkspaceMsg::PutAttachments { attachments, reply }, None).await {
+        Ok(ractor::rpc::CallResult::Success(written)) => written,
+        Ok(_) | Err(_) => 0,
+    }
 }
 
 /// Sends one call to a workspace actor and waits for its answer, however
