@@ -307,6 +307,35 @@ mod tests {
         }
     }
 
+    // A command may leave anything in its folder before the next turn: a
+    // link where an attachment goes, or the folder itself a link.
+    #[test]
+    fn writing_attachments_follows_no_link_a_command_planted() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let folder = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let dir = crate::workspace::DirHandle::open(folder.path()).unwrap();
+        let files = vec![
+            Attachment { name: "a.txt".into(), ..attachment("text/plain", b"first") },
+            Attachment { name: "b.txt".into(), ..attachment("text/plain", b"second") },
+        ];
+        std::fs::create_dir(folder.path().join(ATTACHMENTS_DIR)).unwrap();
+        symlink(outside.path().join("a.txt"), folder.path().join("attachments/a.txt")).unwrap();
+        assert_eq!(write_into(&dir, &files), 1, "only b.txt: a link stands at a.txt");
+        assert!(!outside.path().join("a.txt").exists(), "the link was not followed");
+        let written = folder.path().join("attachments/b.txt");
+        assert_eq!(std::fs::read(&written).unwrap(), b"second");
+        assert_eq!(std::fs::metadata(&written).unwrap().permissions().mode() & 0o777, 0o444);
+        // Written again (the next turn), what is there stays.
+        assert_eq!(write_into(&dir, &files), 0);
+
+        let folder = tempfile::tempdir().unwrap();
+        let dir = crate::workspace::DirHandle::open(folder.path()).unwrap();
+        symlink(outside.path(), folder.path().join(ATTACHMENTS_DIR)).unwrap();
+        assert_eq!(write_into(&dir, &files), 0);
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "nothing went through the linked folder");
+    }
+
     #[test]
     fn a_content_in_pieces_has_the_type_it_has_whole() {
         let text = "Grüße aus Köln: 3 € per line.\n".repeat(500);

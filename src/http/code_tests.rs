@@ -482,6 +482,76 @@ async fn a_conversations_files_come_back_after_a_restart_and_its_links_never_do(
     assert!(!last.contains("passwd-link") && !last.contains("pipe"), "a link or a FIFO came back: {last}");
 }
 
+/// An attachment of a Web UI conversation: a read-only file under
+/// `attachments/` that its commands read and cannot change, not kept twice
+/// (it is a file of the store, not of the folder's snapshot), back in the
+/// new folder after a restart, and gone with the conversation.
+#[actix_web::test]
+async fn a_conversations_attachment_is_read_only_to_its_commands_and_outlives_a_restart() {
+    let state_dir = tempfile::tempdir().unwrap();
+    let look = "cat attachments/notes.txt; stat -c mode=%a attachments/notes.txt; \
+        (echo changed >> attachments/notes.txt) 2>/dev/null || echo refused";
+    let first = vec![call("shell", json!({"command": look})), "It lists the totals.".to_string()];
+    let boundary = "attachboundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.txt\"\r\n\r\nrent 1200\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n--{boundary}--\r\n"
+    );
+    let message = |id: &str| json!({"role": "user", "content": [{"type": "text", "text": "What is in it?"}, {"type": "file", "file": {"file_id": id}}]});
+    let (conversation, file) = {
+        let harness =
+            start(TestServer::scripted(first).code_exec().settings(code_settings()).state_dir(state_dir.path())).await;
+        let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+        let upload = test::TestRequest::post()
+            .uri("/v1/files")
+            .insert_header(("content-type", format!("multipart/form-data; boundary={boundary}")))
+            .set_payload(form);
+        let made: Value = test::call_and_read_body_json(&app, upload.to_request()).await;
+        let file = made["id"].as_str().unwrap().to_string();
+        let body = json!({"messages": [message(&file)]});
+        let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
+        let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+        let done = crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap();
+        assert_eq!(done["done"], true, "{text}");
+        let prompts = harness.backend.prompts();
+        assert!(
+            prompts[0].contains("[Attached file: attachments/notes.txt (text/plain, 9 bytes). Its text:]\nrent 1200")
+        );
+        let seen = prompts.last().unwrap();
+        assert!(seen.contains("rent 1200mode=444\nrefused"), "{seen}");
+        (done["conversationId"].as_str().unwrap().to_string(), file)
+    };
+    let store = skillhost_actors::store::Store::open(state_dir.path(), Default::default()).unwrap();
+    let kept = store
+        .run_here(|conn| {
+            let owner: String =
+                conn.query_row("SELECT owner FROM webui_conversations WHERE id = ?1", [&conversation], |row| {
+                    row.get(0)
+                })?;
+            skillhost_actors::store::webui::files(conn, &owner, &conversation)
+        })
+        .unwrap();
+    assert!(kept.iter().all(|f| !f.path.starts_with("attachments")), "kept twice: {kept:?}");
+    drop(store);
+
+    let second = vec![call("shell", json!({"command": "cat attachments/notes.txt"})), "Still 1200.".to_string()];
+    let harness =
+        start(TestServer::scripted(second).code_exec().settings(code_settings()).state_dir(state_dir.path())).await;
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({
+        "messages": [message(&file), {"role": "assistant", "content": "It lists the totals."}, {"role": "user", "content": "Again?"}],
+        "conversationId": conversation,
+    });
+    let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
+    test::call_and_read_body(&app, request).await;
+    let seen = harness.backend.prompts().pop().unwrap();
+    assert!(seen.contains("$ cat attachments/notes.txt\nrent 1200\n[exit status 0]"), "{seen}");
+    // The conversation took the file in: deleting it deletes the file.
+    let delete = test::TestRequest::delete().uri(&format!("/api/conversations/{conversation}")).to_request();
+    assert!(test::call_service(&app, delete).await.status().is_success());
+    let read = test::TestRequest::get().uri(&format!("/v1/files/{file}")).to_request();
+    assert_eq!(test::call_service(&app, read).await.status().as_u16(), 404);
+}
+
 #[actix_web::test]
 async fn a_silent_stretch_of_the_web_stream_gets_keep_alive_comments() {
     let outputs = vec![call("shell", json!({"command": "sleep 1; echo slept"})), "Done.".to_string()];
