@@ -283,10 +283,24 @@ pub const MAX_TITLE_CHARS: usize = 80;
 /// Most conversations `GET /api/conversations` lists, the most recent first.
 pub const MAX_LISTED: usize = 100;
 
-/// A new conversation's title: the first line of its first user message,
-/// cut at [`MAX_TITLE_CHARS`].
+/// A new conversation's title: the first line of its first user message
+/// (its text parts, else the name of its first file), cut at
+/// [`MAX_TITLE_CHARS`].
 fn title_of(messages: &[Value]) -> String {
-    let first = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+    let content = messages.iter().find(|m| m["role"] == "user").map(|m| &m["content"]);
+    let first = match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let text: String = parts.iter().filter_map(|part| part["text"].as_str()).collect();
+            let file = parts.iter().find_map(|part| part["file"]["filename"].as_str());
+            if text.trim().is_empty() {
+                file.unwrap_or_default().to_string()
+            } else {
+                text
+            }
+        }
+        _ => String::new(),
+    };
     let line = first.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("New chat");
     let mut title: String = line.chars().take(MAX_TITLE_CHARS).collect();
     if line.chars().count() > MAX_TITLE_CHARS {
@@ -652,5 +666,18 @@ mod tests {
         let issued = format!("c-{:032x}__{}", u128::MAX, "r".repeat(skillhost_actors::replica::MAX_REPLICA_ID_LEN));
         assert!(issued.len() <= MAX_CONVERSATION_ID_LEN);
         assert!(conversation_id(Some("c.1".into())).is_err());
+    }
+
+    #[test]
+    fn a_title_is_the_first_line_of_text_or_the_first_files_name() {
+        let user = |content: Value| vec![json!({"role": "user", "content": content})];
+        assert_eq!(title_of(&user(json!("Plan a trip\nto Rome"))), "Plan a trip");
+        let parts = json!([{"type": "text", "text": "Sum it up"}, {"type": "file", "file": {"file_id": "f", "filename": "a.pdf"}}]);
+        assert_eq!(title_of(&user(parts)), "Sum it up");
+        let only_file = json!([{"type": "file", "file": {"file_id": "f", "filename": "statement.pdf"}}]);
+        assert_eq!(title_of(&user(only_file)), "statement.pdf");
+        assert_eq!(title_of(&user(json!([]))), "New chat");
+        let long = "x".repeat(MAX_TITLE_CHARS + 1);
+        assert_eq!(title_of(&user(json!(long))).chars().count(), MAX_TITLE_CHARS);
     }
 }
