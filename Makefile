@@ -72,11 +72,13 @@ bench: deps model llama-server
 
 # The install tests run the host's installer for real: Debian's pip for the
 # system Python (the one sandboxed commands use) and npm, against packages
-# the tests serve on 127.0.0.1.
+# the tests serve on 127.0.0.1. The attachment tests read a PDF in the
+# sandbox with poppler's pdftotext, as a model's command would.
 code-deps:
 	@missing=""; \
 	/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing="$$missing python3-pip"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v pdftotext >/dev/null || missing="$$missing poppler-utils"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
