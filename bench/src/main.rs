@@ -19,7 +19,8 @@
 //! agents decoding together against the same generations one at a time
 //! (see `agents`); what letting go of context costs in tokens decoded
 //! again (see `budget`); what the state folder's store costs a turn, a
-//! restart and the disk (see `store`).
+//! restart and the disk (see `store`); an upload's rate to the store and
+//! the prompt tokens an attachment adds (see `attachments`).
 //!
 //! The bare loop runs in this process and the real `skillhost` binary in its
 //! own; their runs alternate, one at a time, so they never share the CPU and
@@ -33,6 +34,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
 mod agents;
+mod attachments;
 mod baseline;
 mod budget;
 mod exec;
@@ -366,7 +368,8 @@ fn main() {
         println!("the state folder's store:");
         store::run_offline();
     }
-    if !wanted("model") && !wanted("webui") && !wanted("baseline") && !wanted("upstream") && !wanted("store") {
+    let served = ["model", "webui", "baseline", "upstream", "store", "attachments"];
+    if !served.iter().any(|part| wanted(part)) {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
@@ -383,6 +386,13 @@ fn main() {
         store::run_turns(&server.url);
         drop(server);
         store::run_restart(threads);
+        println!();
+    }
+    if wanted("attachments") {
+        println!("attachments:");
+        let server = ServerProcess::start_with(threads, &["--no-skills"]);
+        let state = server._state.as_ref().expect("its own state folder").path().to_path_buf();
+        attachments::run(&server.url, &state);
         println!();
     }
     if wanted("model") {
