@@ -18,7 +18,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde_json::{json, Value};
 use skillhost_actors::attachments::{self, Sniffer};
 use skillhost_actors::store::files::{self, FileMeta, Order};
-use skillhost_actors::store::unix_now;
+use skillhost_actors::store::{unix_now, Connection, StoreError};
 use tokio::io::AsyncWriteExt;
 
 use crate::http::access::Caller;
@@ -218,9 +218,9 @@ pub async fn upload(
     state
         .store
         .run(move |conn| {
-            let mut content = spooled_file.reopen().map_err(|err| {
-                skillhost_actors::store::StoreError::Worker(format!("the spooled upload cannot be read: {err}"))
-            })?;
+            let mut content = spooled_file
+                .reopen()
+                .map_err(|err| StoreError::Worker(format!("the spooled upload cannot be read: {err}")))?;
             files::put(conn, &owner, &stored, &mut content)?;
             // The new file may push the oldest records out.
             skillhost_actors::store::retain(conn, retention, unix_now())?;
@@ -336,17 +336,31 @@ pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> Result<Ht
     })))
 }
 
+/// Runs `work` in the store on the file a route names, for the route's
+/// caller; `None` from it is the 404. Returns the id with what it found.
+async fn on_file<T: Send + 'static>(
+    state: &AppState,
+    request: &HttpRequest,
+    id: &str,
+    work: impl FnOnce(&Connection, &str, &str) -> Result<Option<T>, StoreError> + Send + 'static,
+) -> Result<(String, T), ApiError> {
+    refuse_unknown_query(request, &[])?;
+    let (owner, id) = (Caller::of(request), file_id(id)?.to_string());
+    let wanted = id.clone();
+    let found = state.store.run(move |conn| work(conn, &owner, &wanted)).await.map_err(store_failed)?;
+    match found {
+        Some(found) => Ok((id, found)),
+        None => Err(no_file(&id)),
+    }
+}
+
 /// `GET /v1/files/{id}`
 pub async fn retrieve(
     state: web::Data<AppState>,
     request: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
-    refuse_unknown_query(&request, &[])?;
-    let (owner, id) = (Caller::of(&request), file_id(&id)?.to_string());
-    let wanted = id.clone();
-    let found = state.store.run(move |conn| files::get(conn, &owner, &wanted)).await.map_err(store_failed)?;
-    let file = found.ok_or_else(|| no_file(&id))?;
+    let (_, file) = on_file(&state, &request, &id, files::get).await?;
     Ok(HttpResponse::Ok().json(file_object(&file)))
 }
 
@@ -356,13 +370,8 @@ pub async fn delete(
     request: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
-    refuse_unknown_query(&request, &[])?;
-    let (owner, id) = (Caller::of(&request), file_id(&id)?.to_string());
-    let wanted = id.clone();
-    let deleted = state.store.run(move |conn| files::delete(conn, &owner, &wanted)).await.map_err(store_failed)?;
-    if !deleted {
-        return Err(no_file(&id).into());
-    }
+    let (id, ()) =
+        on_file(&state, &request, &id, |conn, owner, id| Ok(files::delete(conn, owner, id)?.then_some(()))).await?;
     Ok(HttpResponse::Ok().json(json!({"id": id, "object": "file", "deleted": true})))
 }
 
@@ -373,11 +382,7 @@ pub async fn content(
     request: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
-    refuse_unknown_query(&request, &[])?;
-    let (owner, id) = (Caller::of(&request), file_id(&id)?.to_string());
-    let wanted = id.clone();
-    let found = state.store.run(move |conn| files::read(conn, &owner, &wanted)).await.map_err(store_failed)?;
-    let (file, bytes) = found.ok_or_else(|| no_file(&id))?;
+    let (_, (file, bytes)) = on_file(&state, &request, &id, files::read).await?;
     let disposition = header::ContentDisposition {
         disposition: header::DispositionType::Attachment,
         parameters: vec![header::DispositionParam::Filename(file.filename.clone())],

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
+pub use rusqlite::Connection;
+use rusqlite::{ErrorCode, OpenFlags, OptionalExtension};
 
 /// The file inside the state folder.
 pub const STORE_FILE: &str = "state.db";
