@@ -25,7 +25,23 @@ const chat = {
   skillsEnabled: false,
   // The running turn's child agents by id: { state, detail }.
   agents: new Map(),
+  // Files for the next message, in the order they were added, each
+  // uploaded as soon as it is attached: { key, name, bytes, state
+  // ('uploading', 'ready' or 'failed'), id, error, controller, node }.
+  attachments: [],
+  // Numbers the attachments, so a chip's button names one.
+  attachmentKeys: 0,
+  // dragenter events not yet matched by a dragleave: a drag over the
+  // view's children fires both on each of them.
+  dragDepth: 0,
 };
+
+// Most files one message may carry; the server refuses more.
+const MAX_ATTACHMENTS = 20;
+// What GET /v1/files/{id} said of each file a chip in the history names,
+// by id: a promise of { bytes } or { missing: true }. The page asks once
+// per file; the sizes of files it uploaded itself are known at once.
+const fileLookups = new Map();
 
 // Who the page is signed in as. The key lives in sessionStorage (gone with
 // the tab) and travels only in the Authorization header: never in a cookie
@@ -364,7 +380,7 @@ async function openConversation(id) {
   const messages = stored.messages ?? [];
   chat.history = historyOf(messages, stored.running);
   for (const message of messages) {
-    if (message.role === 'user') appendUserMessage(message.content ?? '');
+    if (message.role === 'user') appendUserMessage(message.content);
     else if (message.role === 'assistant') showStoredAnswer(message);
   }
   $('empty-chat').hidden = messages.length > 0;
@@ -387,7 +403,7 @@ function historyOf(messages, running) {
 
 function showStoredAnswer(message) {
   const view = appendAssistantMessage();
-  view.setContent(message.content ?? '');
+  view.setContent(textOf(message.content));
   if (message.reasoning) view.setReasoning(message.reasoning);
   view.addArtifacts(message.artifacts);
   if (message.error) view.fail(sentence(message.error));
@@ -398,8 +414,13 @@ function showStoredAnswer(message) {
 
 function setRunning(controller) {
   chat.controller = controller;
-  $('send').disabled = Boolean(controller);
+  updateSend();
   $('stop').hidden = !controller;
+}
+
+// Send waits for a running turn to end and for every upload to finish.
+function updateSend() {
+  $('send').disabled = Boolean(chat.controller) || uploading();
 }
 
 function showActivity(text) {
@@ -472,8 +493,82 @@ function appendMessage(role) {
   return article;
 }
 
-function appendUserMessage(text) {
-  appendMessage('user').append(el('div', 'body plain', text));
+// A user message's content is a string, or an OpenAI part list when it
+// carries files: [{type: 'text', text}, {type: 'file', file: {file_id,
+// filename}}, …]. The page shows its text and its files as chips.
+function appendUserMessage(content) {
+  const article = appendMessage('user');
+  const text = textOf(content);
+  const files = filesOf(content);
+  if (text || files.length === 0) article.append(el('div', 'body plain', text));
+  if (files.length) {
+    const chips = el('div', 'message-files');
+    chips.setAttribute('aria-label', 'Attached files');
+    chips.append(...files.map(fileChip));
+    article.append(chips);
+  }
+}
+
+// The text of a message's content, whichever form it has.
+function textOf(content) {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.filter((part) => part?.type === 'text' && typeof part.text === 'string').map((part) => part.text).join('\n');
+}
+
+// The files a message's content names: [{ id, name }].
+function filesOf(content) {
+  if (!Array.isArray(content)) return [];
+  return content
+    .filter((part) => part?.type === 'file' && part.file && typeof part.file === 'object')
+    .map((part) => ({
+      id: typeof part.file.file_id === 'string' ? part.file.file_id : null,
+      name: typeof part.file.filename === 'string' && part.file.filename ? part.file.filename : 'file',
+    }));
+}
+
+function filePath(id, rest = '') {
+  return `/v1/files/${encodeURIComponent(id)}${rest}`;
+}
+
+// A file of a sent message: a chip that downloads it (with the key, when
+// the page has one), with its size once known.
+function fileChip(file) {
+  const chip = el(file.id ? 'a' : 'span', 'artifact file-chip');
+  chip.append(el('span', 'file-chip-name', file.name));
+  const size = el('span', 'artifact-size');
+  chip.append(size);
+  if (!file.id) return chip;
+  chip.href = filePath(file.id, '/content');
+  chip.download = file.name;
+  chip.dataset.fileId = file.id;
+  chip.title = `Download ${file.name}`;
+  chip.addEventListener('click', downloadWithKey);
+  lookUpFile(file.id).then((found) => {
+    if (found.missing) {
+      chip.dataset.missing = 'true';
+      chip.title = `${file.name} is no longer on the server`;
+    } else {
+      size.textContent = formatBytes(found.bytes);
+    }
+  });
+  return chip;
+}
+
+function lookUpFile(id) {
+  if (!fileLookups.has(id)) {
+    const found = fetchJson(filePath(id)).then(
+      (file) => ({ bytes: file.bytes }),
+      (error) => {
+        if (error.status === 404) return { missing: true };
+        // A server that could not be reached may answer the next time.
+        fileLookups.delete(id);
+        return {};
+      },
+    );
+    fileLookups.set(id, found);
+  }
+  return fileLookups.get(id);
 }
 
 // The assistant's message, updated as frames arrive. Markdown is rendered
@@ -751,11 +846,23 @@ function followTurn(epoch, view, after) {
 function sendPrompt() {
   const prompt = $('prompt');
   const text = prompt.value;
-  if (!text.trim() || chat.controller) return;
+  if (chat.controller) return;
+  if (uploading()) {
+    setStatus($('attach-status'), STILL_UPLOADING);
+    return;
+  }
+  const files = chat.attachments.filter((attachment) => attachment.state === 'ready');
+  if (!text.trim() && files.length === 0) return;
   prompt.value = '';
   fitPrompt();
-  chat.history.push({ role: 'user', content: text });
-  appendUserMessage(text);
+  // A failed upload was never sent; it leaves the tray with the rest.
+  clearAttachments();
+  const content = files.length === 0 ? text : [
+    ...(text.trim() ? [{ type: 'text', text }] : []),
+    ...files.map((file) => ({ type: 'file', file: { file_id: file.id, filename: file.name } })),
+  ];
+  chat.history.push({ role: 'user', content });
+  appendUserMessage(content);
   const view = appendAssistantMessage();
   const turn = { content: '', reasoning: '', ended: false, conversationId: null, epoch: chat.epoch };
   const body = JSON.stringify(requestBody());
@@ -791,6 +898,189 @@ function fitPrompt() {
   const prompt = $('prompt');
   prompt.style.height = 'auto';
   prompt.style.height = `${Math.min(prompt.scrollHeight + 2, 240)}px`;
+}
+
+// ---------------------------------------------------------------------------
+// Attachments: files for the next message, from the paperclip button, a
+// drop on the chat view or a paste into the prompt, each uploaded to
+// /v1/files as soon as it is attached.
+
+const STILL_UPLOADING = 'The files are still uploading; send once they are done.';
+
+function uploading() {
+  return chat.attachments.some((attachment) => attachment.state === 'uploading');
+}
+
+function attachFiles(fileList) {
+  const files = [...(fileList ?? [])];
+  if (files.length === 0) return;
+  const counted = chat.attachments.filter((attachment) => attachment.state !== 'failed').length;
+  const taken = files.slice(0, Math.max(0, MAX_ATTACHMENTS - counted));
+  const left = files.length - taken.length;
+  if (left > 0) {
+    const which = left === 1 ? '1 file was' : `${left} files were`;
+    setStatus($('attach-status'), `A message carries at most ${MAX_ATTACHMENTS} files; ${which} not attached.`, 'error');
+  } else {
+    setStatus($('attach-status'), '');
+  }
+  for (const file of taken) uploadAttachment(file);
+}
+
+async function uploadAttachment(file) {
+  chat.attachmentKeys += 1;
+  const attachment = {
+    key: String(chat.attachmentKeys),
+    name: file.name || 'file',
+    bytes: file.size,
+    state: 'uploading',
+    id: null,
+    error: '',
+    controller: new AbortController(),
+    node: null,
+  };
+  chat.attachments.push(attachment);
+  attachment.node = attachmentChip(attachment);
+  $('attachments').append(attachment.node);
+  showAttachment(attachment);
+  const form = new FormData();
+  form.append('purpose', 'user_data');
+  form.append('file', file, attachment.name);
+  const { signal } = attachment.controller;
+  try {
+    const uploaded = await fetchJson('/v1/files', { method: 'POST', body: form, signal });
+    attachment.id = uploaded.id;
+    // The server's name is the one the model sees (under attachments/).
+    attachment.name = uploaded.filename || attachment.name;
+    if (Number.isFinite(uploaded.bytes)) attachment.bytes = uploaded.bytes;
+    attachment.state = 'ready';
+  } catch (error) {
+    attachment.state = 'failed';
+    attachment.error = error.message;
+  }
+  attachment.controller = null;
+  // Removed while it uploaded: its chip is gone, and so goes the file if
+  // the upload got through anyway.
+  if (signal.aborted) {
+    if (attachment.id) request(filePath(attachment.id), { method: 'DELETE' }).catch(() => {});
+    return;
+  }
+  if (attachment.id) fileLookups.set(attachment.id, Promise.resolve({ bytes: attachment.bytes }));
+  showAttachment(attachment);
+}
+
+// A chip of the tray above the prompt; showAttachment fills it in.
+function attachmentChip(attachment) {
+  const item = el('li', 'attachment');
+  item.dataset.key = attachment.key;
+  const about = el('span', 'attachment-about');
+  about.append(el('span', 'attachment-name'), el('span', 'attachment-size'));
+  const remove = el('button', 'attachment-remove', '×');
+  remove.type = 'button';
+  remove.dataset.remove = attachment.key;
+  item.append(about, el('span', 'attachment-error'), remove);
+  return item;
+}
+
+function showAttachment(attachment) {
+  const item = attachment.node;
+  item.dataset.state = attachment.state;
+  item.setAttribute('aria-busy', String(attachment.state === 'uploading'));
+  item.title = attachment.name;
+  item.querySelector('.attachment-name').textContent = attachment.name;
+  const size = formatBytes(attachment.bytes);
+  item.querySelector('.attachment-size').textContent = attachment.state === 'uploading' ? `${size} · uploading…` : size;
+  const error = item.querySelector('.attachment-error');
+  error.textContent = attachment.state === 'failed' ? `${attachment.error} It will not be sent.` : '';
+  error.hidden = attachment.state !== 'failed';
+  item.querySelector('.attachment-remove').setAttribute('aria-label', `Remove ${attachment.name}`);
+  $('attachments').hidden = chat.attachments.length === 0;
+  if (!uploading() && $('attach-status').textContent === STILL_UPLOADING) setStatus($('attach-status'), '');
+  updateSend();
+}
+
+// Takes a file out of the tray: its upload stops, and a file already
+// uploaded is deleted, since no message names it.
+function removeAttachment(key) {
+  const index = chat.attachments.findIndex((attachment) => attachment.key === key);
+  if (index < 0) return;
+  const [attachment] = chat.attachments.splice(index, 1);
+  attachment.controller?.abort();
+  if (attachment.id) {
+    fileLookups.delete(attachment.id);
+    request(filePath(attachment.id), { method: 'DELETE' }).catch(() => {});
+  }
+  attachment.node.remove();
+  $('attachments').hidden = chat.attachments.length === 0;
+  setStatus($('attach-status'), '');
+  updateSend();
+  // The next chip's button, or the prompt: focus stays where keys left it.
+  const next = chat.attachments[index] ?? chat.attachments[index - 1];
+  (next?.node.querySelector('.attachment-remove') ?? $('prompt')).focus();
+}
+
+// Empties the tray once its files went with a message.
+function clearAttachments() {
+  chat.attachments = [];
+  $('attachments').replaceChildren();
+  $('attachments').hidden = true;
+  setStatus($('attach-status'), '');
+  updateSend();
+}
+
+function draggingFiles(event) {
+  return [...(event.dataTransfer?.types ?? [])].includes('Files');
+}
+
+function showDropTarget(shown) {
+  $('drop-hint').hidden = !shown;
+}
+
+function wireAttachments() {
+  $('attach').addEventListener('click', () => $('attach-input').click());
+  $('attach-input').addEventListener('change', (event) => {
+    attachFiles(event.target.files);
+    // Choosing the same file again is a change too.
+    event.target.value = '';
+    $('prompt').focus();
+  });
+  $('attachments').addEventListener('click', (event) => {
+    const button = event.target.closest('button[data-remove]');
+    if (button) removeAttachment(button.dataset.remove);
+  });
+  const view = $('chat-view');
+  view.addEventListener('dragenter', (event) => {
+    if (!draggingFiles(event)) return;
+    event.preventDefault();
+    chat.dragDepth += 1;
+    showDropTarget(true);
+  });
+  view.addEventListener('dragover', (event) => {
+    if (!draggingFiles(event)) return;
+    // Without this the browser would open the file in place of the page.
+    event.preventDefault();
+    event.dataTransfer.dropEffect = 'copy';
+  });
+  view.addEventListener('dragleave', (event) => {
+    if (!draggingFiles(event)) return;
+    chat.dragDepth = Math.max(0, chat.dragDepth - 1);
+    if (chat.dragDepth === 0) showDropTarget(false);
+  });
+  view.addEventListener('drop', (event) => {
+    if (!draggingFiles(event)) return;
+    event.preventDefault();
+    chat.dragDepth = 0;
+    showDropTarget(false);
+    attachFiles(event.dataTransfer.files);
+    $('prompt').focus();
+  });
+  // Pasted files (a screenshot, a file copied in a file manager) are
+  // attached; text that comes with them is pasted as usual.
+  $('prompt').addEventListener('paste', (event) => {
+    const files = [...(event.clipboardData?.files ?? [])];
+    if (files.length === 0) return;
+    if (!event.clipboardData.types.includes('text/plain')) event.preventDefault();
+    attachFiles(files);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -1022,6 +1312,7 @@ function start() {
     }
   });
   $('prompt').addEventListener('input', fitPrompt);
+  wireAttachments();
   $('stop').addEventListener('click', stopTurn);
   document.addEventListener('keydown', (event) => {
     if (event.key === 'Escape' && chat.controller) {

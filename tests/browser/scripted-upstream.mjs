@@ -16,6 +16,11 @@
 // - RELOAD_PROMPT: RELOAD_ANSWER, one word every LONG_WORD_MS (eight
 //   seconds in all): long enough to reload the page, or kill the server,
 //   while it streams.
+// - PDF_PROMPT: one shell call of PDF_COMMAND (pdftotext on the attached
+//   PDF, in the sandbox), then, once the tool's result is in, a sentence
+//   that starts with PDF_ANSWER and repeats the command's output;
+//   `attachedPrompts` keeps the latest user message of each such request,
+//   where the server names the attached files.
 // - anything else: the request's own model starts two agents, waits until
 //   both reports are in, and answers. Each child (its first message names
 //   it) lists the skills, then reports. Every child answer comes after
@@ -38,8 +43,15 @@ const LONG_WORD_MS = 100;
 export const RELOAD_PROMPT = 'Scripted: write a medium answer slowly.';
 export const RELOAD_ANSWER = Array.from({ length: 80 }, (_, i) => `part${i + 1}`).join(' ');
 
+export const PDF_PROMPT = 'Summarize the attached statement.';
+export const PDF_NAME = 'statement.pdf';
+export const PDF_COMMAND = `pdftotext attachments/${PDF_NAME} -`;
+export const PDF_ANSWER = 'The attached statement reads:';
+
 // Long answers begun and those whose caller left before their end.
 export const longAnswers = { begun: 0, abandoned: 0 };
+// The latest user message of each PDF_PROMPT request, as text.
+export const attachedPrompts = [];
 
 const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 
@@ -75,6 +87,22 @@ function writeFile(messages, tools) {
   return { text: result.includes('Wrote ') ? FILE_ANSWER : `write_file failed: ${result}` };
 }
 
+// The root agent's turn for PDF_PROMPT: the command, then what it printed
+// (its result less the lines in brackets, which report the exit status).
+function readPdf(messages, tools) {
+  const offered = (tools ?? []).some((tool) => tool.function?.name === 'shell');
+  if (!offered) return { text: 'shell was not offered: the server runs without --code-exec.' };
+  const asked = messages.findLastIndex((m) => m.role === 'user');
+  attachedPrompts.push(text(messages[asked]));
+  const since = messages.slice(asked + 1);
+  if (!since.some((m) => m.role === 'assistant')) {
+    return { calls: [call('call_read_pdf', 'shell', { command: PDF_COMMAND })] };
+  }
+  const result = since.filter((m) => m.role === 'tool').map(text).join('\n');
+  const printed = result.split('\n').map((line) => line.trim()).filter((line) => line && !/^\[.*\]$/.test(line)).join(' ');
+  return { text: `${PDF_ANSWER} ${printed || result}` };
+}
+
 // What the agent says next: tool calls, a text answer, or a slow one.
 function next(request) {
   const messages = request.messages ?? [];
@@ -84,6 +112,7 @@ function next(request) {
     if (asked.includes(FILE_PROMPT)) return writeFile(messages, request.tools);
     if (asked.includes(LONG_PROMPT)) return { slow: LONG_ANSWER };
     if (asked.includes(RELOAD_PROMPT)) return { slow: RELOAD_ANSWER };
+    if (asked.includes(PDF_PROMPT)) return readPdf(messages, request.tools);
   }
   if (agent !== '/root') {
     if (round === 0) return { calls: [call(`call_${agent}_list`, 'skills_list', {})], delay: CHILD_DELAY_MS };

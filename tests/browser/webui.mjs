@@ -4,7 +4,9 @@
 // panel, stopping, the skills page, artifact downloads, Markdown safety,
 // the layout at phone and desktop widths, cross-origin refusals, signing
 // in on a server with keys, a llama-server upstream, a turn with two
-// child agents, and a turn that outlives a reload and a kill -9.
+// child agents, a turn that outlives a reload and a kill -9, and files
+// attached to a message (a PDF the model reads in the sandbox) that come
+// back with their conversation after a kill -9.
 //
 // No step's outcome depends on free text from the small real model: its
 // words differ by host (the prompt describes the host's sandbox) and by
@@ -17,7 +19,10 @@
 //
 //   npm ci --prefix tests/browser && LLAMA_SERVER=$(scripts/build-llama-server.sh) node tests/browser/webui.mjs
 //
-// (step 11 fronts that llama-server with `--upstream`).
+// (step 11 fronts that llama-server with `--upstream`). Step 14 makes its
+// PDF with fpdf2 from the project's virtual environment (`make
+// .venv/.installed`) and the sandbox reads it with poppler's pdftotext
+// (`make code-deps`).
 //
 // SKILLHOST_URL=http://127.0.0.1:5000 runs the same steps against a server
 // that is already running (started with the flags `startServer` uses; the
@@ -37,8 +42,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 import {
-  FILE_ANSWER, FILE_CONTENT, FILE_PATH, FILE_PROMPT, LONG_ANSWER, LONG_PROMPT, RELOAD_ANSWER, RELOAD_PROMPT, longAnswers,
-  startScriptedUpstream,
+  FILE_ANSWER, FILE_CONTENT, FILE_PATH, FILE_PROMPT, LONG_ANSWER, LONG_PROMPT, PDF_ANSWER, PDF_NAME, PDF_PROMPT,
+  RELOAD_ANSWER, RELOAD_PROMPT, attachedPrompts, longAnswers, startScriptedUpstream,
 } from './scripted-upstream.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -46,6 +51,7 @@ const REPO = resolve(HERE, '..', '..');
 const TARGET = process.env.CARGO_TARGET_DIR ? resolve(REPO, process.env.CARGO_TARGET_DIR) : join(REPO, 'target');
 const BINARY = join(TARGET, 'release', 'skillhost');
 const MODEL = join(REPO, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+const VENV_PYTHON = join(REPO, '.venv', 'bin', 'python');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = join(HERE, 'output');
 
@@ -334,6 +340,40 @@ function zipStore(entries) {
   end.writeUInt32LE(centralBytes.length, 12);
   end.writeUInt32LE(offset, 16);
   return Buffer.concat([...parts, centralBytes, end]);
+}
+
+// A one-page PDF at `path` whose text is `line`, made with fpdf2.
+async function makePdf(path, line) {
+  check(existsSync(VENV_PYTHON), `no ${VENV_PYTHON} to make the PDF with fpdf2; make it with: make .venv/.installed`);
+  const script = [
+    'import sys',
+    'from fpdf import FPDF',
+    'pdf = FPDF()',
+    'pdf.add_page()',
+    'pdf.set_font("Helvetica", size=14)',
+    'pdf.cell(text=sys.argv[2])',
+    'pdf.output(sys.argv[1])',
+  ].join('\n');
+  const child = spawn(VENV_PYTHON, ['-c', script, path, line], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let errors = '';
+  child.stderr.on('data', (piece) => {
+    errors += piece;
+  });
+  const code = await new Promise((done) => {
+    child.once('error', (error) => {
+      errors += error.message;
+      done(-1);
+    });
+    child.once('exit', done);
+  });
+  check(code === 0, `fpdf2 did not make the PDF (exit ${code}): ${errors.trim()}; install it with: make .venv/.installed`);
+}
+
+// The page's own size label (formatBytes in app.js).
+function sizeLabel(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
 }
 
 // The newest assistant message as plain values.
@@ -950,6 +990,135 @@ async function run() {
     } finally {
       await first.close();
       await second.close();
+    }
+  });
+
+  await step(14, 'files attached by the button and by a drop go with a message, the model reads the PDF, and the chips come back after kill -9 and download it exactly', async () => {
+    check(existsSync('/usr/bin/pdftotext'), 'pdftotext is missing, so the sandbox cannot read the PDF; install it with: make code-deps');
+    // While the server is down, the reloaded page's requests fail.
+    expected.push({ url: /\/api\/|\/v1\//, text: /ERR_CONNECTION_REFUSED|Failed to load resource/ });
+    const upstream = await startScriptedUpstream();
+    cleanups.push(upstream.close);
+    const folder = await mkdtemp(join(tmpdir(), 'skillhost-webui-attach-'));
+    cleanups.push(() => rm(folder, { recursive: true, force: true }));
+    const stateDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-attach-state-'));
+    cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
+    const workspaceDir = await mkdtemp(join(tmpdir(), 'skillhost-webui-attach-workspace-'));
+    await chmod(workspaceDir, 0o755);
+    cleanups.push(() => rm(workspaceDir, { recursive: true, force: true }));
+    const at = { stateDir, workspaceDir, port: await freePort() };
+    const source = ['--upstream', `${upstream.url},mode=chat`];
+    const pdfPath = join(folder, PDF_NAME);
+    await makePdf(pdfPath, 'Statement total: 1234.56 EUR');
+    const pdf = await readFile(pdfPath);
+    const note = { name: 'notes.txt', text: 'Paid by bank transfer on the 3rd.\n' };
+    const wanted = [
+      { name: PDF_NAME, size: sizeLabel(pdf.length) },
+      { name: note.name, size: sizeLabel(Buffer.byteLength(note.text)) },
+    ];
+
+    let address = await startServer([], source, at);
+    const tab = await context.newPage();
+    watchProblems(tab);
+    // The chips of the last user message: names and sizes as shown.
+    const sentChips = () => tab.evaluate(() => {
+      const all = document.querySelectorAll('.message.user');
+      return [...(all[all.length - 1]?.querySelectorAll('.file-chip') ?? [])].map((chip) => ({
+        name: chip.querySelector('.file-chip-name').textContent,
+        size: chip.querySelector('.artifact-size').textContent,
+      }));
+    });
+    try {
+      await tab.goto(`${address}/`);
+      await tab.waitForFunction(() => /scripted-agents/.test(document.getElementById('model-info').textContent));
+
+      // The paperclip opens a picker for several files.
+      const [chooser] = await Promise.all([tab.waitForEvent('filechooser'), tab.click('button[aria-label="Attach files"]')]);
+      check(chooser.isMultiple(), 'the paperclip\'s picker takes one file only');
+      await chooser.setFiles(pdfPath);
+
+      // Files dragged over the chat show the drop target; the drop attaches them.
+      const dataTransfer = await tab.evaluateHandle(({ name, text }) => {
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([text], name, { type: 'text/plain' }));
+        return transfer;
+      }, note);
+      await tab.dispatchEvent('#messages', 'dragenter', { dataTransfer });
+      await tab.dispatchEvent('#messages', 'dragover', { dataTransfer });
+      check(await tab.isVisible('#drop-hint'), 'files dragged over the chat show no drop target');
+      await tab.dispatchEvent('#messages', 'drop', { dataTransfer });
+      check(await tab.isHidden('#drop-hint'), 'the drop target is still shown after the drop');
+
+      await tab.waitForFunction(() => {
+        const chips = [...document.querySelectorAll('#attachments .attachment')];
+        return chips.length === 2 && chips.every((chip) => chip.dataset.state !== 'uploading');
+      }, null, { timeout: SCRIPTED_TURN_TIMEOUT_MS });
+      const tray = await tab.$$eval('#attachments .attachment', (chips) => chips.map((chip) => ({
+        name: chip.querySelector('.attachment-name').textContent,
+        size: chip.querySelector('.attachment-size').textContent,
+        state: chip.dataset.state,
+      })));
+      check(
+        JSON.stringify(tray) === JSON.stringify(wanted.map((chip) => ({ ...chip, state: 'ready' }))),
+        `the chips above the prompt read ${JSON.stringify(tray)}`,
+      );
+      check(await tab.isEnabled('#send'), 'Send stays disabled after both uploads finished');
+
+      const [posted] = await Promise.all([
+        tab.waitForRequest((request) => request.url().endsWith('/api/chat') && request.method() === 'POST'),
+        send(tab, PDF_PROMPT),
+      ]);
+      const content = posted.postDataJSON().messages.at(-1).content;
+      const ids = Array.isArray(content) ? content.slice(1).map((part) => part.file?.file_id) : [];
+      check(ids.length === 2 && ids.every((id) => /^file-/.test(id ?? '')), `the message names no uploaded files: ${JSON.stringify(content)}`);
+      const parts = [
+        { type: 'text', text: PDF_PROMPT },
+        { type: 'file', file: { file_id: ids[0], filename: PDF_NAME } },
+        { type: 'file', file: { file_id: ids[1], filename: note.name } },
+      ];
+      check(JSON.stringify(content) === JSON.stringify(parts), `the page sent the content ${JSON.stringify(content)}`);
+      check(await tab.locator('#attachments .attachment').count() === 0 && await tab.isHidden('#attachments'), 'the sent files stay above the prompt');
+      await waitForTurnEnd(tab, SCRIPTED_TURN_TIMEOUT_MS);
+      const answer = await lastAssistant(tab);
+      check(
+        answer.state === 'done' && answer.text.startsWith(PDF_ANSWER) && answer.text.includes('1234.56'),
+        `the model did not read the PDF: ${describe(answer)}`,
+      );
+      const seen = attachedPrompts.at(-1) ?? '';
+      check(seen.includes(PDF_NAME) && seen.includes(note.name), `the model's prompt does not name both files: ${JSON.stringify(seen)}`);
+      check(JSON.stringify(await sentChips()) === JSON.stringify(wanted), `the sent message's chips read ${JSON.stringify(await sentChips())}`);
+      const id = await tab.evaluate(() => sessionStorage.getItem('skillhost.conversation'));
+
+      // kill -9, the same folders again, and the page reloaded: the
+      // conversation opens with its files, their sizes asked of the server.
+      const child = serverProcesses.get(address);
+      const exited = new Promise((done) => child.once('exit', done));
+      child.kill('SIGKILL');
+      await exited;
+      address = await startServer([], source, at);
+      await tab.goto(`${address}/`);
+      await tab.waitForFunction(() => /scripted-agents/.test(document.getElementById('model-info').textContent));
+      await tab.waitForFunction(
+        (count) => [...document.querySelectorAll('.message.user .file-chip .artifact-size')].filter((size) => size.textContent).length === count,
+        wanted.length,
+        { timeout: SCRIPTED_TURN_TIMEOUT_MS },
+      );
+      check(await tab.evaluate(() => sessionStorage.getItem('skillhost.conversation')) === id, 'the reload opened another conversation');
+      const user = await tab.evaluate(() => [...document.querySelectorAll('.message.user .body')].map((body) => body.textContent));
+      check(JSON.stringify(user) === JSON.stringify([PDF_PROMPT]), `the reopened conversation's user messages read ${JSON.stringify(user)}`);
+      check(JSON.stringify(await sentChips()) === JSON.stringify(wanted), `after the restart the chips read ${JSON.stringify(await sentChips())}`);
+      const restored = await lastAssistant(tab);
+      check(restored.state === 'done' && restored.text.includes('1234.56'), `the answer did not come back: ${describe(restored)}`);
+
+      const chip = tab.locator('.message.user .file-chip', { hasText: PDF_NAME });
+      const [download] = await Promise.all([tab.waitForEvent('download'), chip.click()]);
+      const failure = await download.failure();
+      check(!failure, `the PDF's download failed: ${failure}`);
+      check(download.suggestedFilename() === PDF_NAME, `the download is named ${JSON.stringify(download.suggestedFilename())}, not ${PDF_NAME}`);
+      const saved = await readFile(await download.path());
+      check(saved.equals(pdf), `the downloaded PDF has ${saved.length} bytes that differ from the ${pdf.length} on disk`);
+    } finally {
+      await tab.close();
     }
   });
 }
