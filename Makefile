@@ -47,7 +47,7 @@ test-rust:
 test-python: build
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python
 
-test-web: build
+test-web: build $(VENV)/.installed code-deps
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) node $(BROWSER_TESTS)/webui.mjs
 
 lint:

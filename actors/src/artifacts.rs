@@ -47,9 +47,17 @@ impl Default for ArtifactLimits {
 }
 
 /// Folders of a workspace that hold the server's and the helper's own
-/// bookkeeping, and the packages the host installed there; never
-/// collected (a produced file is something the model made).
-pub const PRIVATE: [&str; 4] = [".skillhost", ".tmp", crate::sandbox::PYTHON_USER_BASE, crate::sandbox::NODE_MODULES];
+/// bookkeeping, the packages the host installed there, and the user's
+/// attachments (kept in the store already); never collected as artifacts
+/// or into a conversation's kept files (a produced file is something the
+/// model made).
+pub const PRIVATE: [&str; 5] = [
+    ".skillhost",
+    ".tmp",
+    crate::sandbox::PYTHON_USER_BASE,
+    crate::sandbox::NODE_MODULES,
+    crate::attachments::ATTACHMENTS_DIR,
+];
 
 pub use crate::request::Artifact;
 

@@ -510,7 +510,13 @@ async fn a_conversations_attachment_is_read_only_to_its_commands_and_outlives_a_
         let body = json!({"messages": [message(&file)]});
         let request = test::TestRequest::post().uri("/api/chat").set_json(body).to_request();
         let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
-        let done = crate::http::test_server::web_frames(text.as_bytes()).pop().unwrap();
+        let frames = crate::http::test_server::web_frames(text.as_bytes());
+        // Regression: the attachments, written just before the command ran,
+        // were reported as files the command produced.
+        let produced: Vec<&Value> =
+            frames.iter().filter_map(|f| f["tool_progress"]["files"].as_array()).flatten().collect();
+        assert!(produced.is_empty(), "{produced:?}");
+        let done = frames.last().unwrap().clone();
         assert_eq!(done["done"], true, "{text}");
         let prompts = harness.backend.prompts();
         assert!(

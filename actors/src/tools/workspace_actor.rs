@@ -110,12 +110,11 @@ impl Actor for WorkspaceActor {
             WorkspaceMsg::Snapshot { max_bytes, reply } => {
                 let taken = match state.workspace.as_ref() {
                     Some(workspace) => {
-                        // The server's bookkeeping and the packages the host
-                        // installed are not the conversation's work: left
-                        // out, as they are from artifacts. Attachments are
-                        // kept in the store already, as files of their own.
-                        let [a, b, c, d] = PRIVATE;
-                        let skip = [a, b, c, d, crate::attachments::ATTACHMENTS_DIR];
+                        // The server's bookkeeping, the packages the host
+                        // installed and the attachments (files of the store
+                        // already) are not the conversation's work: left
+                        // out, as they are from artifacts.
+                        let skip = PRIVATE;
                         workspace.with_handle(move |dir| crate::workspace::snapshot::take(dir, max_bytes, &skip)).await
                     }
                     None => None,
