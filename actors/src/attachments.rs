@@ -29,6 +29,9 @@ pub const MAX_ATTACHMENTS_PER_MESSAGE: usize = 20;
 /// messages) may carry: what a turn holds in memory and writes to its
 /// folder.
 pub const MAX_CONVERSATION_ATTACHMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Most files one conversation may carry: each is a line of every prompt
+/// and a file written to its folder, and empty files cost no bytes.
+pub const MAX_CONVERSATION_ATTACHMENTS: usize = 100;
 /// A text attachment up to this size is also written into the prompt, so
 /// the model reads it without a tool call.
 pub const MAX_INLINE_TEXT_BYTES: usize = 8 * 1024;

@@ -8,7 +8,9 @@ use std::collections::HashSet;
 
 use base64::Engine;
 use bytes::Bytes;
-use skillhost_actors::attachments::{self, Attachment, MAX_ATTACHMENTS_PER_MESSAGE, MAX_CONVERSATION_ATTACHMENT_BYTES};
+use skillhost_actors::attachments::{
+    self, Attachment, MAX_ATTACHMENTS_PER_MESSAGE, MAX_CONVERSATION_ATTACHMENTS, MAX_CONVERSATION_ATTACHMENT_BYTES,
+};
 use skillhost_actors::store::files;
 use skillhost_actors::ChatRequest;
 
@@ -82,14 +84,24 @@ pub async fn attach(
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    for message in pending.iter().map(|p| p.message) {
-        let count = pending.iter().filter(|p| p.message == message).count();
+    // Pending files come in message order: each message's are one run.
+    for run in pending.chunk_by(|a, b| a.message == b.message) {
+        let (message, count) = (run[0].message, run.len());
         if count > MAX_ATTACHMENTS_PER_MESSAGE {
             return Err(ApiError::bad_param(
                 &format!("messages[{message}].content"),
                 format!("messages[{message}] carries {count} files; a message may carry at most {MAX_ATTACHMENTS_PER_MESSAGE}"),
             ));
         }
+    }
+    if pending.len() > MAX_CONVERSATION_ATTACHMENTS {
+        return Err(ApiError::bad_param(
+            "messages",
+            format!(
+                "the conversation carries {} files; one may carry at most {MAX_CONVERSATION_ATTACHMENTS}: start a new conversation",
+                pending.len()
+            ),
+        ));
     }
     let stored: Vec<String> = pending
         .iter()

@@ -11,7 +11,9 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::{test, web, App};
 use base64::Engine;
 use serde_json::{json, Value};
-use skillhost_actors::attachments::{MAX_ATTACHMENTS_PER_MESSAGE, MAX_CONVERSATION_ATTACHMENT_BYTES};
+use skillhost_actors::attachments::{
+    MAX_ATTACHMENTS_PER_MESSAGE, MAX_CONVERSATION_ATTACHMENTS, MAX_CONVERSATION_ATTACHMENT_BYTES,
+};
 use skillhost_actors::model::scripted::ScriptedBackend;
 
 use crate::config::AccessConfig;
@@ -242,6 +244,20 @@ async fn attachment_limits_hold_at_their_bound_and_refuse_one_past_it() {
     let (status, body) = send(&app, chat(message_with(vec![file(1); MAX_ATTACHMENTS_PER_MESSAGE + 1]))).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(message(&body), "messages[0] carries 21 files; a message may carry at most 20");
+    // Across messages, the conversation's count: at the bound and past it.
+    let spread = |count: usize| -> Value {
+        (0..count)
+            .map(|n| json!({"role": "user", "content": [{"type": "text", "text": format!("{n}")}, file(0)]}))
+            .collect()
+    };
+    let (status, body) = send(&app, chat(spread(MAX_CONVERSATION_ATTACHMENTS))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = send(&app, chat(spread(MAX_CONVERSATION_ATTACHMENTS + 1))).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        message(&body),
+        "the conversation carries 101 files; one may carry at most 100: start a new conversation"
+    );
     let (status, body) =
         send(&app, chat(message_with(vec![json!({"type": "file", "file": {"file_id": "file-nothing"}})]))).await;
     assert_eq!(status, 400, "{body}");
