@@ -6,6 +6,8 @@
 //! - [`config`]: flags, environment and config files into a `ServeConfig`.
 //! - [`list_skills`]: `skillhost list-skills`, the registry for operators.
 //! - [`patch_cli`]: `skillhost apply-patch`, the patch tool outside a chat.
+//! - [`pdf_text`]: `skillhost pdf-text`, the confined child that reads an
+//!   attached PDF's text, and the server's side that starts it.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
 //! - [`sched`]: keeps the server's own threads from preempting decoding.
 //! - [`setup`]: the wiring `serve`, `chat` and the route tests share.
@@ -17,6 +19,7 @@ mod config;
 mod http;
 mod list_skills;
 mod patch_cli;
+mod pdf_text;
 mod sandbox_cli;
 mod sandbox_exec;
 mod sched;
@@ -90,6 +93,17 @@ fn main() -> ExitCode {
             Err(err) => {
                 eprintln!("sandbox: {err}");
                 ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            }
+        };
+    }
+    // The confined PDF reader (started by the server, never by hand), before
+    // anything else: it drops root and limits itself before reading input.
+    if raw.get(1).is_some_and(|a| a == pdf_text::SUBCOMMAND) {
+        return match pdf_text::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(failed) => {
+                eprintln!("{}", failed.why);
+                ExitCode::from(failed.code)
             }
         };
     }
@@ -330,6 +344,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         store,
         max_detached_turns: config.max_detached_turns as usize,
         max_attachment_bytes: config.max_attachment_bytes,
+        pdf_reader: std::env::current_exe().ok(),
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

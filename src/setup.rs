@@ -316,6 +316,8 @@ pub struct AppOptions {
     pub max_detached_turns: usize,
     /// `--max-attachment-bytes`.
     pub max_attachment_bytes: u64,
+    /// The binary that reads an attached PDF's text (`skillhost pdf-text`).
+    pub pdf_reader: Option<std::path::PathBuf>,
 }
 
 /// The state every handler shares, around a started server.
@@ -330,6 +332,7 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         admission: options.admission,
         store: options.store,
         max_attachment_bytes: options.max_attachment_bytes,
+        pdf_reader: options.pdf_reader,
         background: Arc::new(http::background::Background::new(options.max_detached_turns)),
         webui_turns: http::webui_turns::Turns::default(),
         response_streams: http::background::Streams::default(),

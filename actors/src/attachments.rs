@@ -9,7 +9,8 @@
 //! guard as one plain component, the type comes from the content's own
 //! signature and never from the name, and the content is only ever stored
 //! and handed to the model or its sandboxed commands as bytes: the server
-//! unpacks, renders and runs none of it.
+//! process unpacks, renders and runs none of it (a PDF's text, when there
+//! are no sandboxed commands to read it, comes from a confined child).
 //!
 //! The prompt's line for an attachment is a pure function of its name, type
 //! and size, and names are given in message order, so a conversation sent
@@ -48,6 +49,9 @@ pub struct Attachment {
     /// What its content is (see [`media_type`]).
     pub media_type: String,
     pub content: Bytes,
+    /// Its text when it is not text itself (a PDF's, read by a confined
+    /// process at the edge), for a `read_file` with no working folder.
+    pub extracted: Option<String>,
 }
 
 impl Attachment {
@@ -63,6 +67,11 @@ impl Attachment {
     /// Its content as text, when it is text.
     pub fn text(&self) -> Option<&str> {
         is_text(&self.media_type).then(|| std::str::from_utf8(&self.content).ok()).flatten()
+    }
+
+    /// What `read_file` shows of it: its text, or the text read from it.
+    pub fn readable(&self) -> Option<&str> {
+        self.text().or(self.extracted.as_deref())
     }
 
     /// The prompt's line for it (and, for a small text file, its text).
@@ -307,6 +316,7 @@ mod tests {
             name: "f".into(),
             media_type: media_type.into(),
             content: Bytes::copy_from_slice(content),
+            extracted: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! image parts become [`Pending`] attachments while the request is
 //! validated (inline data decoded, a `file_id` kept), and [`attach`] then
 //! reads the stored ones, checks the limits, names each one and adds its
-//! line to its message, before the turn starts.
+//! line to its message, before the turn starts. Without code execution, a
+//! PDF's text is read then too, by a confined child (`crate::pdf_text`),
+//! for the `read_file` that reads attachments from memory.
 
 use std::collections::HashSet;
 
@@ -121,6 +123,7 @@ pub async fn attach(
             .map_err(crate::http::responses::store_failed)?
     };
     let mut found = found.into_iter();
+    let code_exec = state.server.exec().is_some_and(|exec| exec.code_exec);
     let (mut taken, mut total, mut named) = (HashSet::new(), 0u64, Vec::with_capacity(pending.len()));
     for (ordinal, part) in pending.into_iter().enumerate() {
         let (content, filename) = match part.source {
@@ -151,7 +154,18 @@ pub async fn attach(
         }
         let media_type = attachments::media_type(&content);
         let name = attachments::safe_name(filename.as_deref(), &media_type, ordinal + 1, &mut taken);
-        named.push(Attachment { message: part.message, name, media_type, content });
+        let extracted = match (&state.pdf_reader, media_type.as_str()) {
+            // With code execution the model's own commands read it.
+            (Some(reader), "application/pdf") if !code_exec => match crate::pdf_text::read(reader, &content).await {
+                Ok(text) => Some(text),
+                Err(err) => {
+                    tracing::info!(attachment = %name, "an attached PDF's text was not read: {err}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        named.push(Attachment { message: part.message, name, media_type, content, extracted });
     }
     for attachment in &named {
         let Some(message) = request.messages.get_mut(attachment.message) else { continue };

@@ -45,6 +45,9 @@ pub struct AppState {
     /// `--max-attachment-bytes`: the largest file a message may carry or
     /// `/v1/files` may take.
     pub max_attachment_bytes: u64,
+    /// This server's own binary, started as `skillhost pdf-text` to read an
+    /// attached PDF's text; `None` where it cannot be found.
+    pub pdf_reader: Option<std::path::PathBuf>,
     /// Turns running with no client attached (background responses, Web
     /// UI turns whose pages left), bounded by `--max-detached-turns`.
     pub background: std::sync::Arc<background::Background>,

@@ -46,10 +46,14 @@ pub(crate) fn model_path() -> PathBuf {
 /// The real `skillhost` binary, which cargo builds next to the test
 /// binaries: the sandbox helper.
 pub(crate) fn helper() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let binary = exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost");
+    let binary = helper_path();
     assert!(binary.exists(), "{} is missing: cargo builds it for the integration tests", binary.display());
     binary
+}
+
+fn helper_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost")
 }
 
 /// The skills the scenario folders use (`tests/scenarios/skills`).
@@ -268,6 +272,9 @@ impl TestServer {
             store,
             max_detached_turns: self.max_detached_turns,
             max_attachment_bytes: self.max_attachment_bytes,
+            // The real binary reads PDFs, as in a server; route tests that
+            // run without it built (`make check`) read none.
+            pdf_reader: Some(helper_path()).filter(|path| path.exists()),
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

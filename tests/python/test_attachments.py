@@ -2,7 +2,8 @@
 /v1/files and sending `input_file` (by id and inline) and a Chat Completions
 `file` part, the `anthropic` package with a PDF `document` block, the
 `ollama` package with `images`; the seed's own case (a PDF made by a real
-PDF tool, read in the sandbox by a scripted model's command); the real
+PDF tool, read in the sandbox by a scripted model's command, and without
+code execution by read_file, through the confined PDF reader); the real
 model with an attachment; and hostile uploads (a 1 GB upload cut off
 halfway, one declared past the limit) that leave nothing behind.
 
@@ -135,6 +136,44 @@ def test_the_seeds_case_a_pdf_is_read_in_the_sandbox_and_answered_from(start_ser
             {"type": "input_text", "text": "Summarize the attached statement."},
             {"type": "input_file", "file_id": made.id}]}])
         assert STATEMENT in answer.output_text, answer.output_text
+    finally:
+        upstream.close()
+
+
+def _reads(path):
+    """A scripted model that reads `path` with read_file, then answers with what it read."""
+    def script(body):
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            return call("read_file", {"path": path})
+        return say("It reads: " + text_of(results[-1]).strip())
+    return script
+
+
+def test_without_code_execution_read_file_reads_a_pdfs_text_and_survives_a_bomb(start_server, tmp_path):
+    upstream, server = _scripted(start_server, tmp_path, _reads("attachments/statement.pdf"))
+    try:
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        pdf = make_pdf(tmp_path / "statement.pdf")
+        made = sdk.files.create(file=("statement.pdf", pdf), purpose="user_data")
+        answer = sdk.responses.create(model="scripted", input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Summarize the attached statement."},
+            {"type": "input_file", "file_id": made.id}]}])
+        assert STATEMENT in answer.output_text, answer.output_text
+
+        # A stream that inflates to 1 GiB: the confined reader stops at its
+        # memory limit, the model is told, and the server goes on.
+        import zlib
+        data = zlib.compress(b"\0" * (1 << 30), 9)
+        bomb = (b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
+                b"3 0 obj<</Type/Page/Parent 2 0 R/Contents 4 0 R>>endobj\n"
+                b"4 0 obj<</Length " + str(len(data)).encode() + b"/Filter/FlateDecode>>stream\n" + data
+                + b"\nendstream endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n")
+        inline = "data:application/pdf;base64," + base64.b64encode(bomb).decode()
+        answer = sdk.responses.create(model="scripted", input=[{"role": "user", "content": [
+            {"type": "input_file", "filename": "statement.pdf", "file_data": inline}]}])
+        assert "not text, and its text could not be read" in answer.output_text, answer.output_text
+        assert sdk.models.list().data
     finally:
         upstream.close()
 

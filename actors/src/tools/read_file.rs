@@ -92,15 +92,15 @@ pub fn run_attachments(attachments: &[Attachment], arguments: &Map<String, Value
             names.join(", ")
         )));
     };
-    if attachment.text().is_none() {
+    let Some(text) = attachment.readable() else {
         return Err(ToolError::Model(format!(
-            "'{}' is {} ({} bytes), not text: read_file shows text, and this server runs no tools that convert it.",
+            "'{}' is {} ({} bytes), not text, and its text could not be read: read_file shows text.",
             attachment.path(),
             attachment.media_type,
             attachment.content.len()
         )));
-    }
-    show(&attachment.path(), &attachment.content[..], attachment.content.len() as u64, arguments)
+    };
+    show(&attachment.path(), text.as_bytes(), text.len() as u64, arguments)
 }
 
 /// The lines `arguments` ask for of a file of `bytes` bytes read from
@@ -246,6 +246,7 @@ mod tests {
             name: name.into(),
             media_type: media_type.into(),
             content: bytes::Bytes::copy_from_slice(content),
+            extracted: None,
         };
         let attachments = vec![
             attachment("notes.txt", "text/plain", b"first\nsecond\n"),
@@ -265,6 +266,10 @@ mod tests {
         );
         assert!(read(json!({"path": "attachments/report.pdf"}))
             .starts_with("'attachments/report.pdf' is application/pdf (8 bytes), not text"));
+        // A PDF's text, read at the edge, is what it shows.
+        let read_pdf = Attachment { extracted: Some("Total: 42\n".into()), ..attachments[1].clone() };
+        let answer = run_attachments(&[read_pdf], json!({"path": "attachments/report.pdf"}).as_object().unwrap());
+        assert_eq!(answer.unwrap().text, "[read_file: 'attachments/report.pdf', lines 1-1 of 1]\n     1\tTotal: 42\n");
     }
 
     #[test]
