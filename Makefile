@@ -15,8 +15,9 @@ GPU ?=
 FEATURES := $(if $(GPU),--features $(GPU))
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 AGENT_CLIENTS := tests/agents
+MCP_SERVERS := tests/mcp-servers
 
-.PHONY: run test check test-rust test-python test-web bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps code-deps model test-models lint llama-server lb-deps
+.PHONY: run test check test-rust test-python test-web bench eval fuzz soak build deps gpu-deps cpu-guard browser-deps agent-deps mcp-deps code-deps model test-models lint llama-server lb-deps
 
 run: deps model build
 	$(TARGET_DIR)/release/skillhost serve --config config/skillhost.yaml
@@ -192,6 +193,16 @@ agent-deps: $(AGENT_CLIENTS)/node_modules/.installed
 $(AGENT_CLIENTS)/node_modules/.installed: $(AGENT_CLIENTS)/package.json $(AGENT_CLIENTS)/package-lock.json
 	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }
 	cd $(AGENT_CLIENTS) && npm ci --no-audit --no-fund
+	touch $@
+
+# Real MCP servers from npm (the reference server-everything and
+# server-filesystem), pinned by their lock file; the MCP tests start them
+# confined over stdio.
+mcp-deps: $(MCP_SERVERS)/node_modules/.installed
+
+$(MCP_SERVERS)/node_modules/.installed: $(MCP_SERVERS)/package.json $(MCP_SERVERS)/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }
+	cd $(MCP_SERVERS) && npm ci --no-audit --no-fund
 	touch $@
 
 $(VENV)/.installed: tests/requirements.txt

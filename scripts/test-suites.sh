@@ -14,7 +14,7 @@ setup=(install llama-server)
 suites=(lint rust python web)
 # What each phase runs: Makefile targets, so each can be run alone.
 declare -A targets=(
-  [install]="deps test-models .venv/.installed browser-deps agent-deps code-deps lb-deps"
+  [install]="deps test-models .venv/.installed browser-deps agent-deps mcp-deps code-deps lb-deps"
   [llama-server]="llama-server"
   [lint]="lint"
   [rust]="test-rust"

@@ -19,9 +19,10 @@ use skillhost_actors::workspace::{Workspace, WorkspaceOptions, DEFAULT_WORKSPACE
 
 /// The shipped profiles, built into the binary so an installed server does
 /// not depend on the source tree; `--sandbox-profiles` overrides them.
-pub const SHIPPED_PROFILES: [(&str, &str); 2] = [
+pub const SHIPPED_PROFILES: [(&str, &str); 3] = [
     ("code-exec", include_str!("../sandbox-profiles/code-exec.yaml")),
     ("skills-run", include_str!("../sandbox-profiles/skills-run.yaml")),
+    ("mcp", include_str!("../sandbox-profiles/mcp.yaml")),
 ];
 
 /// Writes the shipped profiles into a new private folder (a random name,

@@ -121,6 +121,11 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
     if let Some(name) = &args.start_in {
         enter_folder(name, &workspace)?;
     }
+    if let Some(cwd) = &args.cwd {
+        // After the drop: the sandbox user must be able to reach it.
+        std::env::set_current_dir(cwd).map_err(failed(format!("cannot start in {}", cwd.display())))?;
+        std::env::set_var("PWD", cwd);
+    }
     // No descriptor of this process but 0-2 may reach the command.
     close_inherited_descriptors();
 
@@ -153,6 +158,9 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
     allow(Exception::WriteAndRead(workspace.clone()))?;
     if let Some(skill) = &args.skill {
         allow(Exception::Read(skill.clone()))?;
+    }
+    if let Some(cwd) = &args.cwd {
+        allow(Exception::Read(cwd.clone()))?;
     }
     for path in &args.read {
         allow(Exception::Read(path.clone()))?;

@@ -5,6 +5,7 @@
 //! caller adds only what is its own: `serve` listens, `chat` talks to a
 //! terminal, the tests drive the app in process.
 
+use skillhost_actors::tools::mcp::config::Transport as McpTransport;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +97,8 @@ pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), 
         loop_settings: config.loop_settings,
         exec,
         artifacts,
+        mcp_servers: config.mcp_servers.clone(),
+        mcp_call_timeout: config.mcp_call_timeout,
     })
     .await?;
     if let Some(skills) = server.skills() {
@@ -119,7 +122,9 @@ type ExecSetup = (Option<Arc<ExecRuntime>>, Option<ArtifactStore>, Vec<sandbox_c
 /// confines (logged, and named in every command result).
 async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, StartupError> {
     let exec = &config.exec;
-    if !exec.code_exec && !config.loop_settings.allow_exec {
+    // A stdio MCP server runs through the same helper as a command.
+    let stdio_mcp = config.mcp_servers.iter().any(|server| matches!(server.transport, McpTransport::Stdio { .. }));
+    if !exec.code_exec && !config.loop_settings.allow_exec && !stdio_mcp {
         return Ok((None, None, Vec::new()));
     }
     let (mut launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone())?;

@@ -37,6 +37,8 @@ pub struct ChatRequest {
     /// Files the user attached, named and checked at the edge; each
     /// message that carries one already holds its note.
     pub attachments: Vec<crate::attachments::Attachment>,
+    /// Which of the operator's MCP servers (and tools) the request may use.
+    pub mcp: crate::tools::mcp::McpSelection,
 }
 
 /// The ways a chat request reaches the loop.

@@ -19,6 +19,8 @@ use crate::skills::install::InstallError;
 use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
 use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
+use crate::tools::mcp::config::McpServerConfig;
+use crate::tools::mcp::hub::{HubSettings, McpHub};
 
 /// How long a rescan may take before the caller gives up waiting.
 const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -47,6 +49,8 @@ pub struct Server {
     skill_outcomes: Arc<SkillOutcomes>,
     /// When requests may delegate to child agents (`--multi-agent`).
     multi_agent: MultiAgent,
+    /// The operator's MCP servers, when any are configured.
+    mcp: Option<Arc<McpHub>>,
 }
 
 /// What the server is started with.
@@ -60,6 +64,10 @@ pub struct ServerConfig {
     pub exec: Option<Arc<ExecRuntime>>,
     /// Where produced files are kept; with `exec`.
     pub artifacts: Option<ArtifactStore>,
+    /// The operator's MCP servers (`--mcp-config`, `mcp-servers:`).
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// How long one MCP tool call may run.
+    pub mcp_call_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -71,6 +79,8 @@ impl ServerConfig {
             loop_settings: LoopSettings::default(),
             exec: None,
             artifacts: None,
+            mcp_servers: Vec::new(),
+            mcp_call_timeout: crate::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
         }
     }
 }
@@ -209,6 +219,14 @@ impl Server {
         let agent_stats = Arc::new(AgentStats::default());
         let skill_outcomes = Arc::new(SkillOutcomes::default());
         let multi_agent = config.loop_settings.multi_agent;
+        let mcp = (!config.mcp_servers.is_empty()).then(|| {
+            let settings = HubSettings {
+                exec: config.exec.clone(),
+                call_timeout: config.mcp_call_timeout,
+                start_timeout: crate::tools::mcp::hub::START_TIMEOUT,
+            };
+            Arc::new(McpHub::new(config.mcp_servers, settings))
+        });
         let args = SupervisorArgs {
             engine: config.model,
             loop_settings: config.loop_settings,
@@ -219,6 +237,7 @@ impl Server {
             skills: skills_args,
             agent_stats: Arc::clone(&agent_stats),
             skill_outcomes: Arc::clone(&skill_outcomes),
+            mcp: mcp.clone(),
         };
         let (supervisor, _) = Actor::spawn(None, Supervisor, args).await.map_err(StartError::Supervisor)?;
         let artifacts = ractor::call_t!(supervisor, SupervisorMsg::Artifacts, 5_000)
@@ -254,7 +273,13 @@ impl Server {
             agent_stats,
             skill_outcomes,
             multi_agent,
+            mcp,
         })
+    }
+
+    /// The operator's MCP servers, when any are configured.
+    pub fn mcp(&self) -> Option<&Arc<McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// Process execution and artifacts, when offered.
@@ -311,11 +336,27 @@ impl Server {
         }
     }
 
+    /// A request names only configured MCP servers: a typo is refused
+    /// rather than silently offering less, and a request never makes the
+    /// server connect anywhere the operator did not configure.
+    fn check_mcp(&self, selection: &crate::tools::mcp::McpSelection) -> Result<(), ChatError> {
+        let configured = self.mcp.as_ref().map(|hub| hub.names()).unwrap_or_default();
+        let named = selection.servers.iter().flatten().chain(selection.allowed_tools.keys());
+        if let Some(unknown) = named.into_iter().find(|name| !configured.contains(name)) {
+            let known = if configured.is_empty() { "none are configured".to_string() } else { configured.join(", ") };
+            return Err(ChatError::BadRequest(format!(
+                "mcp_servers: there is no MCP server called '{unknown}' on this server; the configured ones: {known}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Starts a chat request.
     pub async fn chat(&self, mut request: ChatRequest) -> Result<ChatStream, ChatError> {
         if let ModelStatus::Loading = *self.status.borrow() {
             return Err(ChatError::Unavailable("the model is loading; try again shortly".into()));
         }
+        self.check_mcp(&request.mcp)?;
         if let Some(skills) = self.skills.as_ref().filter(|_| request.skills.is_empty()) {
             // The operator's selection; one removed by a rescan since start-up
             // is dropped (the prompt never names a skill that is not there).

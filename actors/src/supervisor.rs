@@ -53,6 +53,8 @@ pub struct SupervisorArgs {
     /// Counters of the agents requests start.
     pub agent_stats: Arc<AgentStats>,
     pub skill_outcomes: Arc<crate::skills::outcomes::SkillOutcomes>,
+    /// The operator's MCP servers, when any are configured.
+    pub mcp: Option<Arc<crate::tools::mcp::hub::McpHub>>,
 }
 
 pub enum SupervisorMsg {
@@ -102,6 +104,7 @@ pub struct SupervisorState {
     skills_actor: Option<ActorRef<SkillsMsg>>,
     agent_stats: Arc<AgentStats>,
     skill_outcomes: Arc<crate::skills::outcomes::SkillOutcomes>,
+    mcp: Option<Arc<crate::tools::mcp::hub::McpHub>>,
 }
 
 impl Actor for Supervisor {
@@ -130,6 +133,7 @@ impl Actor for Supervisor {
             skills_actor: None,
             agent_stats: args.agent_stats,
             skill_outcomes: args.skill_outcomes,
+            mcp: args.mcp,
         };
         start_skills(myself.get_cell(), &mut state).await?;
         if let Some(store) = args.artifacts {
@@ -336,6 +340,7 @@ async fn start_chat(
         agent_stats: Arc::clone(&state.agent_stats),
         skill_outcomes: Arc::clone(&state.skill_outcomes),
         seat: None,
+        mcp: state.mcp.clone(),
     };
     let (actor, _) = Actor::spawn_linked(None, LoopActor, args, supervisor)
         .await

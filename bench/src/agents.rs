@@ -135,6 +135,8 @@ async fn together(prefix: &str) -> Together {
         loop_settings: settings,
         exec: None,
         artifacts: None,
+        mcp_servers: Vec::new(),
+        mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
     };
     let server = Server::start(config).await.expect("the server starts");
     server.wait_until_loaded().await;

@@ -137,6 +137,8 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
         loop_settings: LoopSettings { multi_agent: MultiAgent::Off, max_rounds: 16, ..LoopSettings::default() },
         exec: None,
         artifacts: None,
+        mcp_servers: Vec::new(),
+        mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
     };
     let server = Server::start(config).await.expect("the server starts");
     server.wait_until_loaded().await;

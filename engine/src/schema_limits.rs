@@ -97,7 +97,7 @@ mod tests {
         let per = MAX_OBJECT_PROPERTIES;
         let branches = |total: usize| {
             let mut items: Vec<Value> = (0..total / per).map(|_| object_with(per)).collect();
-            if total % per > 0 {
+            if !total.is_multiple_of(per) {
                 items.push(object_with(total % per));
             }
             json!({"anyOf": items})

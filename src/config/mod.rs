@@ -9,6 +9,7 @@
 mod docs;
 pub mod sources;
 
+use skillhost_actors::tools::mcp::config::McpServerConfig;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -103,6 +104,7 @@ const INSTALLS: &str = "Installs";
 const SANDBOX: &str = "Sandbox";
 const CONFIG: &str = "Config and logging";
 const STATE: &str = "State";
+const MCP: &str = "MCP servers";
 
 /// Skills flags, shared by `serve` and `list-skills`.
 #[derive(Debug, Default, Args)]
@@ -345,6 +347,15 @@ pub struct ServeArgs {
     /// Largest file a message may carry or /v1/files may take, in bytes, at most 67108864 [default: 33554432]
     #[arg(long = "max-attachment-bytes", env = "SKILLHOST_MAX_ATTACHMENT_BYTES", help_heading = STATE)]
     pub max_attachment_bytes: Option<u64>,
+    /// A file of MCP servers whose tools the model may call, in the {"mcpServers": {...}} form Claude Code, Cursor and llama-server read; repeatable
+    #[arg(long = "mcp-config", env = "SKILLHOST_MCP_CONFIG", value_delimiter = ',', value_hint = ValueHint::FilePath, help_heading = MCP)]
+    pub mcp_config: Vec<PathBuf>,
+    /// MCP servers as the JSON of an mcpServers map (a config file's `mcp-servers:` key)
+    #[arg(long = "mcp-servers", env = "SKILLHOST_MCP_SERVERS", help_heading = MCP)]
+    pub mcp_servers: Option<String>,
+    /// Seconds one MCP tool call may run [default: 60]
+    #[arg(long = "mcp-call-timeout", env = "SKILLHOST_MCP_CALL_TIMEOUT", help_heading = MCP)]
+    pub mcp_call_timeout: Option<u64>,
 }
 
 /// `--multi-agent`: when requests may delegate to child agents.
@@ -523,6 +534,10 @@ pub struct ServeConfig {
     pub retention: Retention,
     /// `--max-attachment-bytes`.
     pub max_attachment_bytes: u64,
+    /// `--mcp-config` and `mcp-servers:`, merged.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// `--mcp-call-timeout`.
+    pub mcp_call_timeout: std::time::Duration,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -913,6 +928,12 @@ impl ServeArgs {
                 "--max-attachment-bytes must be between 1 and {MAX_CONVERSATION_ATTACHMENT_BYTES}, got {max_attachment_bytes}"
             )));
         }
+        let mcp_servers = self.resolve_mcp()?;
+        let mcp_call_timeout = match self.mcp_call_timeout {
+            Some(0) => return Err(ConfigError("--mcp-call-timeout must be at least 1 second".into())),
+            Some(seconds) => std::time::Duration::from_secs(seconds),
+            None => skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+        };
         let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
         if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
             return Err(ConfigError(format!(
@@ -942,7 +963,32 @@ impl ServeArgs {
             state_dir,
             retention,
             max_attachment_bytes,
+            mcp_servers,
+            mcp_call_timeout,
         })
+    }
+
+    /// Every `--mcp-config` file and the `mcp-servers` map, each entry
+    /// checked (a fault names its file and server), `${VARIABLE}`s read
+    /// from this process's environment.
+    fn resolve_mcp(&self) -> Result<Vec<McpServerConfig>, ConfigError> {
+        use skillhost_actors::tools::mcp::config;
+        let variable = |name: &str| std::env::var(name).ok();
+        let mut sources = Vec::new();
+        for path in &self.mcp_config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| ConfigError(format!("--mcp-config: cannot read {}: {err}", path.display())))?;
+            let source = format!("--mcp-config {}", path.display());
+            sources.push(config::parse_file(&text, &source, &variable).map_err(|err| ConfigError(err.to_string()))?);
+        }
+        if let Some(json) = &self.mcp_servers {
+            let value: serde_json::Value = serde_json::from_str(json)
+                .map_err(|err| ConfigError(format!("mcp-servers is not a map of servers: {err}")))?;
+            sources.push(
+                config::parse_servers(&value, "mcp-servers", &variable).map_err(|err| ConfigError(err.to_string()))?,
+            );
+        }
+        config::merge(sources).map_err(ConfigError)
     }
 
     fn resolve_upstreams(&self) -> Result<Option<RemoteConfig>, ConfigError> {
@@ -1166,6 +1212,8 @@ mod tests {
                 state_dir: default_state_dir().unwrap(),
                 retention: Retention::default(),
                 max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
+                mcp_servers: Vec::new(),
+                mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
             }
         );
     }
@@ -1577,6 +1625,48 @@ skills-watch: true
         }
         let exe = std::env::current_exe().unwrap();
         assert!(!dir.starts_with(exe.parent().unwrap()));
+    }
+
+    #[test]
+    fn mcp_servers_come_from_files_and_the_yaml_key_and_a_bad_entry_stops_start_up() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let model = model.to_string_lossy();
+        let json = write(
+            dir.path(),
+            "mcp.json",
+            r#"{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}"#,
+        );
+        let yaml = write(
+            dir.path(),
+            "skillhost.yaml",
+            "mcp-servers:\n  search:\n    url: http://127.0.0.1:9/mcp\nmcp-call-timeout: 5\n",
+        );
+        let config = from_args(&[
+            "--model",
+            &model,
+            "--config",
+            &yaml.to_string_lossy(),
+            "--mcp-config",
+            &json.to_string_lossy(),
+        ])
+        .unwrap();
+        let names: Vec<&str> = config.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["time", "search"]);
+        assert_eq!(config.mcp_call_timeout.as_secs(), 5);
+        let bad = write(dir.path(), "bad.json", r#"{"mcpServers": {"x": {"command": "a", "url": "http://b"}}}"#);
+        let err = from_args(&["--model", &model, "--mcp-config", &bad.to_string_lossy()]).unwrap_err().0;
+        assert!(err.contains("bad.json: MCP server 'x': has both command and url"), "{err}");
+        let twice = from_args(&[
+            "--model",
+            &model,
+            "--mcp-config",
+            &json.to_string_lossy(),
+            "--mcp-config",
+            &json.to_string_lossy(),
+        ]);
+        assert!(twice.unwrap_err().0.contains("'time' is configured twice"));
+        assert!(from_args(&["--model", &model, "--mcp-call-timeout", "0"]).is_err());
     }
 
     #[test]

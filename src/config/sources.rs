@@ -171,6 +171,13 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
         let Some(key) = key.as_str() else {
             return Err(invalid(format!("a key is not text: {key:?}")));
         };
+        if key == "mcp-servers" {
+            // A map of servers (the mcpServers object of Claude Code's
+            // file, in YAML): passed on as its JSON, checked with the rest.
+            let json = serde_json::to_string(&value).map_err(|err| invalid(format!("`mcp-servers`: {err}")))?;
+            out.push(("mcp_servers".to_string(), vec![json]));
+            continue;
+        }
         if key == "upstreams" {
             out.push(("upstream".to_string(), upstream_specs(&value).map_err(invalid)?));
             continue;

@@ -55,6 +55,8 @@ pub struct MessagesRequest {
     skills: Vec<String>,
     skills_discovery: Option<bool>,
     multi_agent: Option<bool>,
+    /// The operator's MCP servers this request may use (default: all).
+    mcp_servers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -349,6 +351,7 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         skills: request.skills,
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
+        mcp_servers: request.mcp_servers,
         stream: request.stream,
         ..ChatCompletionRequest::default()
     };

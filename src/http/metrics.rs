@@ -34,6 +34,8 @@ pub struct Metrics {
     upstreams: UpstreamMetrics,
     agents: AgentMetrics,
     skills: SkillMetrics,
+    /// Calls to MCP tools, copied from the hub's counts at scrape time.
+    mcp_calls: IntCounterVec,
 }
 
 /// Per-skill outcomes, copied from the server's table at scrape time.
@@ -283,6 +285,14 @@ impl Metrics {
         let upstreams = UpstreamMetrics::new(&registry)?;
         let agents = AgentMetrics::new(&registry)?;
         let skills = SkillMetrics::new(&registry)?;
+        let mcp_calls = IntCounterVec::new(
+            Opts::new(
+                "mcp_calls_total",
+                "Calls to the tools of the operator's MCP servers, by server, tool and outcome: ok, error (the tool said it failed), failed (the server could not be reached or died) or timeout.",
+            ),
+            &["server", "tool", "outcome"],
+        )?;
+        registry.register(Box::new(mcp_calls.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -305,6 +315,7 @@ impl Metrics {
             upstreams,
             agents,
             skills,
+            mcp_calls,
         })
     }
 
@@ -329,6 +340,11 @@ impl Metrics {
         self.admitted.set(admitted as i64);
         self.agents.update(server.agent_stats());
         self.skills.update(server.skill_outcomes());
+        if let Some(hub) = server.mcp() {
+            for (name, tool, outcome, count) in hub.counts() {
+                raise(&self.mcp_calls.with_label_values(&[name.as_str(), tool.as_str(), outcome.as_str()]), count);
+            }
+        }
         self.conversations.set(conversations as i64);
         match status {
             ModelStatus::Ready { stats, .. } => {

@@ -12,6 +12,7 @@ pub mod compact;
 pub mod conversations_api;
 pub mod error;
 pub mod files;
+pub mod mcp;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -176,6 +177,11 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/api/mcp")
+                .route(web::get().to(mcp::api_list))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/api/skills")
                 .route(web::get().to(skills::api_list))
                 .route(web::post().to(skills::api_install))
@@ -291,6 +297,8 @@ mod scenarios;
 
 #[cfg(test)]
 mod code_tests;
+#[cfg(test)]
+mod mcp_tests;
 
 #[cfg(test)]
 mod install_tests;

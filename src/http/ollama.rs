@@ -44,6 +44,8 @@ pub struct OllamaChatRequest {
     skills: Vec<String>,
     skills_discovery: Option<bool>,
     multi_agent: Option<bool>,
+    /// The operator's MCP servers this request may use (default: all).
+    mcp_servers: Option<Vec<String>>,
     /// Not Ollama's: OpenAI's `tool_choice`, for clients that must have a call.
     tool_choice: Option<WireToolChoice>,
 }
@@ -215,6 +217,7 @@ fn translate(request: OllamaChatRequest) -> Result<ChatCompletionRequest, ApiErr
         skills: request.skills,
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
+        mcp_servers: request.mcp_servers,
         tool_choice: request.tool_choice,
         ..ChatCompletionRequest::default()
     };

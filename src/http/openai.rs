@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::Surface;
+use skillhost_actors::tools::mcp::McpSelection;
 use skillhost_actors::{ChatFinish, ChatRequest, Usage};
 use skillhost_engine::schema_limits;
 use skillhost_engine::{ChatMessage, ResponseFormat, Role, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
@@ -52,6 +53,8 @@ pub struct ChatCompletionRequest {
     pub skills_discovery: Option<bool>,
     /// `false` turns delegation to child agents off for this request.
     pub multi_agent: Option<bool>,
+    /// The operator's MCP servers this request may use (default: all).
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -585,6 +588,7 @@ impl ChatCompletionRequest {
                 restore: None,
                 surface: spelling.surface,
                 attachments: Vec::new(),
+                mcp: McpSelection { servers: self.mcp_servers, ..McpSelection::default() },
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),

@@ -99,6 +99,8 @@ pub struct ResponsesRequest {
     skills: Vec<String>,
     skills_discovery: Option<bool>,
     multi_agent: Option<bool>,
+    /// The operator's MCP servers this request may use (default: all).
+    mcp_servers: Option<Vec<String>>,
 }
 
 impl ResponsesRequest {
@@ -652,6 +654,7 @@ fn translate(
         skills: request.skills,
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
+        mcp_servers: request.mcp_servers,
         ..ChatCompletionRequest::default()
     };
     Ok((wire, namespaced))

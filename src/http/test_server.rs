@@ -19,6 +19,7 @@ use skillhost_actors::sandbox::launch::Launcher;
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::store::Store;
+use skillhost_actors::tools::mcp::config::McpServerConfig;
 use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::WorkspaceOptions;
 use skillhost_actors::{ModelStatus, Server, ServerConfig};
@@ -91,6 +92,8 @@ pub(crate) struct TestServer {
     state: Option<PathBuf>,
     max_detached_turns: usize,
     max_attachment_bytes: u64,
+    mcp: Vec<McpServerConfig>,
+    mcp_call_timeout: Duration,
 }
 
 /// A started test server.
@@ -142,7 +145,17 @@ impl TestServer {
             state: None,
             max_detached_turns: 4,
             max_attachment_bytes: skillhost_actors::attachments::DEFAULT_MAX_ATTACHMENT_BYTES,
+            mcp: Vec::new(),
+            mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
         }
+    }
+
+    /// MCP servers (stdio ones need [`TestServer::sandbox`]), and how long
+    /// one call may run.
+    pub(crate) fn mcp(mut self, servers: Vec<McpServerConfig>, call_timeout: Duration) -> Self {
+        self.mcp = servers;
+        self.mcp_call_timeout = call_timeout;
+        self
     }
 
     /// The skills registry, as given.
@@ -260,7 +273,15 @@ impl TestServer {
             }
             None => (None, None, None),
         };
-        let config = ServerConfig { model, skills: self.skills, loop_settings: self.loop_settings, exec, artifacts };
+        let config = ServerConfig {
+            model,
+            skills: self.skills,
+            loop_settings: self.loop_settings,
+            exec,
+            artifacts,
+            mcp_servers: self.mcp,
+            mcp_call_timeout: self.mcp_call_timeout,
+        };
         let server = Server::start(config).await?;
         assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }), "the model did not load");
         let (access, host) = self.access.unwrap_or_else(|| (AccessConfig::default(), IpAddr::V4(Ipv4Addr::LOCALHOST)));

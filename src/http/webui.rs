@@ -115,6 +115,9 @@ pub struct WebChatRequest {
     /// `multiAgent` or `multi_agent`: `false` turns delegation off.
     #[serde(alias = "multiAgent")]
     multi_agent: Option<bool>,
+    /// `mcpServers` or `mcp_servers`: the MCP servers this turn may use.
+    #[serde(alias = "mcpServers")]
+    mcp_servers: Option<Vec<String>>,
     #[serde(rename = "maxTokens")]
     max_tokens: Option<u32>,
     temperature: Option<f32>,
@@ -183,6 +186,7 @@ async fn start_chat(
         skills: web_request.skills,
         skills_discovery: web_request.skills_discovery,
         multi_agent: web_request.multi_agent,
+        mcp_servers: web_request.mcp_servers,
         max_tokens: web_request.max_tokens,
         temperature: web_request.temperature,
         tool_choice: web_request.tool_choice,

@@ -527,6 +527,7 @@ async fn spawn(
             workspace: state.bench.workspace.as_ref().map(|w| w.actor.clone()),
             seat,
         }),
+        mcp: state.bench.mcp.as_ref().map(|turn| std::sync::Arc::clone(&turn.hub)),
     };
     let actor = match Actor::spawn_linked(None, LoopActor, args, myself.get_cell()).await {
         Ok((actor, _)) => actor,

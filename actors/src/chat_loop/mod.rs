@@ -62,6 +62,8 @@ pub struct LoopArgs {
     pub skill_outcomes: Arc<SkillOutcomes>,
     /// Set for a child agent, `None` for a request's own loop.
     pub seat: Option<ChildSeat>,
+    /// The operator's MCP servers, when any are configured.
+    pub mcp: Option<Arc<crate::tools::mcp::hub::McpHub>>,
 }
 
 pub enum LoopMsg {

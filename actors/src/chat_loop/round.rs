@@ -352,6 +352,7 @@ pub(super) async fn finish_round(state: &mut LoopState, reason: FinishReason, ti
     let answers_ours = state.bench.skill_tools.is_some()
         || state.bench.code_tools
         || !state.bench.attachments.is_empty()
+        || state.bench.mcp.is_some()
         || state.agents.is_some();
     // A caller's tool that a loaded skill's allowed-tools leaves out is
     // refused here, like one of ours, instead of going back to the caller.
@@ -479,6 +480,7 @@ pub(super) fn start_tools(myself: &ActorRef<LoopMsg>, state: &mut LoopState) {
         allow_write: state.agents.as_ref().is_some_and(|a| a.tree.allow_write),
         outcomes: Arc::clone(&state.skills.skill_outcomes),
         surface: state.request.surface,
+        mcp: state.bench.mcp.clone(),
     };
     let calls = pending.ours.clone();
     let mut answered = state.bench.answered.clone();

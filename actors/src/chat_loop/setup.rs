@@ -109,6 +109,7 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
         agent_stats,
         skill_outcomes,
         seat,
+        mcp,
     } = args;
     let capabilities = backend.info().format.capabilities().clone();
     // A child may use only the tools its parent gave it.
@@ -219,6 +220,24 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
             });
         }
     }
+    // The operator's MCP servers: their tools as the turn starts, so the
+    // prompt stays the same for every round of it.
+    let mut turn_mcp = None;
+    if let Some(hub) = mcp.filter(|_| capabilities.tools) {
+        let mut turn = hub.for_turn(&request.mcp).await;
+        turn.declarations.retain(|declaration| {
+            let clash = caller_tools.contains(&declaration.name);
+            if clash {
+                tracing::warn!(tool = %declaration.name, "the caller declares a tool named like an MCP tool; the caller's wins");
+            }
+            !clash && given(&declaration.name)
+        });
+        turn.tools.retain(|name, _| turn.declarations.iter().any(|d| &d.name == name));
+        tools.extend(turn.declarations.iter().cloned());
+        if !turn.declarations.is_empty() {
+            turn_mcp = Some(turn);
+        }
+    }
     if let Some(text) = extra_prompt {
         let block = prompt::Block { text, ..prompt::Block::default() };
         base_messages = prompt::apply_after(&base_messages, &block);
@@ -280,6 +299,7 @@ pub(super) async fn prepare_state(myself: &ActorRef<LoopMsg>, args: LoopArgs) ->
             inputs: Vec::new(),
         },
         bench: Workbench {
+            mcp: turn_mcp,
             exec,
             workspace,
             sandbox,

@@ -117,6 +117,8 @@ pub(super) struct Progress {
 /// What answers our calls: the workspace, the sandbox, the skill tools'
 /// reach, and what earlier calls settled.
 pub(super) struct Workbench {
+    /// The MCP tools this turn offers, and the hub that answers them.
+    pub(super) mcp: Option<crate::tools::mcp::TurnMcp>,
     pub(super) exec: Option<Arc<ExecRuntime>>,
     /// The workspace actor the code tools work through: the request's own
     /// (a linked child, deleted when the loop stops, whatever ended it) or

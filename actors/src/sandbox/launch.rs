@@ -142,7 +142,7 @@ impl Launcher {
     /// command; `run-sandboxed` uses the same so operators see exactly what
     /// the tools do.
     pub fn command(&self, run: &Run<'_>) -> std::process::Command {
-        self.command_in(run, None, None)
+        self.command_in(run, None, None, None)
     }
 
     /// `channel`: the helper's end of the pair the installer's listener
@@ -152,6 +152,7 @@ impl Launcher {
         run: &Run<'_>,
         group: Option<&CommandGroup>,
         channel: Option<std::os::fd::RawFd>,
+        cwd: Option<&Path>,
     ) -> std::process::Command {
         use std::os::unix::process::CommandExt;
         let args = HelperArgs {
@@ -163,6 +164,7 @@ impl Launcher {
             allow_network: run.network,
             unconfined: run.unconfined,
             start_in: run.start_in.map(str::to_string),
+            cwd: cwd.map(Path::to_path_buf),
             proxy_channel: channel,
             uid: run.owner.map(|(uid, _)| uid),
             gid: run.owner.map(|(_, gid)| gid),
@@ -237,7 +239,7 @@ impl Launcher {
             None => None,
         };
         let channel = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
-        let mut command = tokio::process::Command::from(self.command_in(run, group, channel));
+        let mut command = tokio::process::Command::from(self.command_in(run, group, channel, None));
         command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let spawned = command.spawn();
         // The helper has its own copy now; with ours closed, a helper that
@@ -282,6 +284,57 @@ impl Launcher {
             timed_out,
             out_of_memory: false,
         })
+    }
+}
+
+/// A long-lived program started through the helper (an MCP server): its
+/// pipes stay open for the owner to talk over, and dropping it kills its
+/// whole process group and removes its control group.
+#[derive(Debug)]
+pub struct Service {
+    pub child: tokio::process::Child,
+    group: Option<CommandGroup>,
+    guard: GroupGuard,
+}
+
+impl std::fmt::Debug for GroupGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GroupGuard({:?})", self.0)
+    }
+}
+
+impl Service {
+    /// Whether its control group ran out of memory.
+    pub fn out_of_memory(&self) -> bool {
+        self.group.as_ref().is_some_and(CommandGroup::hit_memory_limit)
+    }
+
+    /// Kills it and waits for the kernel to reap its group, off the async
+    /// threads.
+    pub async fn stop(mut self) {
+        drop(std::mem::replace(&mut self.guard, GroupGuard(None)));
+        let _ = self.child.kill().await;
+        if let Some(group) = self.group.take() {
+            let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+        }
+    }
+}
+
+impl Launcher {
+    /// Starts `run` through the helper with its stdin, stdout and stderr
+    /// piped to the caller, in a control group of its own; `run.timeout`
+    /// does not apply (the owner decides when it stops). `cwd`: a host
+    /// folder to start in, which it may read.
+    pub fn spawn_service(&self, run: &Run<'_>, cwd: Option<&Path>) -> Result<Service, LaunchError> {
+        let group = match &self.cgroups {
+            Some(cgroups) => Some(cgroups.create().map_err(LaunchError::ControlGroup)?),
+            None => None,
+        };
+        let mut command = tokio::process::Command::from(self.command_in(run, group.as_ref(), None, cwd));
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let child = command.spawn().map_err(LaunchError::Spawn)?;
+        let guard = GroupGuard(child.id().map(|id| id as i32));
+        Ok(Service { child, group, guard })
     }
 }
 

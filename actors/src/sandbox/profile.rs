@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn shipped_profiles_load() {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandbox-profiles");
-        for name in ["code-exec", "skills-run"] {
+        for name in ["code-exec", "skills-run", "mcp"] {
             Profile::load(&dir, name).unwrap();
         }
     }

@@ -15,6 +15,7 @@ pub mod args;
 pub mod diagnosis;
 pub mod edit_file;
 pub mod install;
+pub mod mcp;
 pub mod read_file;
 pub mod recovery;
 pub mod router;

@@ -65,6 +65,8 @@ pub struct ToolRunner {
     /// The server's per-skill counts, and the surface they are counted under.
     pub outcomes: Arc<SkillOutcomes>,
     pub surface: Surface,
+    /// The MCP tools offered this turn.
+    pub mcp: Option<crate::tools::mcp::TurnMcp>,
 }
 
 impl ToolRunner {
@@ -179,7 +181,14 @@ impl ToolRunner {
                 self.offered.join(", ")
             ))
         };
-        let Some(tool) = tool else { return Err(no_such_tool()) };
+        let Some(tool) = tool else {
+            return match &self.mcp {
+                Some(mcp) if mcp.tools.contains_key(&call.name) || call.name == tools::mcp::READ_RESOURCE => {
+                    self.call_mcp(mcp, call).await
+                }
+                _ => Err(no_such_tool()),
+            };
+        };
         if let Some(given) = self.given.as_ref().filter(|_| !tool.is_agent()) {
             if !given.iter().any(|name| name == tool.name()) {
                 return Err(ToolError::Model(if tool.read_only() || self.allow_write {
@@ -236,6 +245,34 @@ impl ToolRunner {
                     .map_err(|_| ToolError::Model("The tool failed unexpectedly.".into()))
             }
         }
+    }
+
+    /// A call to an MCP server's tool, or `mcp_read_resource`: reported
+    /// as tool progress, answered by the hub (a server's failure is the
+    /// model's sentence).
+    async fn call_mcp(&self, mcp: &tools::mcp::TurnMcp, call: &ToolCall) -> Result<Answer, ToolError> {
+        let arguments = tools::mcp::call_arguments(&call.arguments).map_err(ToolError::Model)?;
+        if call.name == tools::mcp::READ_RESOURCE {
+            let text = |key: &str| arguments.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+            let (server, uri) = (text("server"), text("uri"));
+            if !mcp.resource_servers.contains(&server) {
+                return Err(ToolError::Model(format!("server must be one of: {}.", mcp.resource_servers.join(", "))));
+            }
+            if uri.is_empty() {
+                return Err(ToolError::Model("uri is missing: name the resource to read.".into()));
+            }
+            self.progress(ToolPhase::Running, &call.name, &uri, Vec::new());
+            let answer = mcp.hub.read_resource(&server, &uri, None).await;
+            self.progress(ToolPhase::Finished, &call.name, &uri, Vec::new());
+            return Ok(Answer { detail: Some(uri), ..answer });
+        }
+        let Some((server, tool)) = mcp.tools.get(&call.name) else {
+            return Err(ToolError::Model(format!("There is no tool called '{}'.", call.name)));
+        };
+        self.progress(ToolPhase::Running, &call.name, server, Vec::new());
+        let answer = mcp.hub.call(server, tool, arguments, None).await;
+        self.progress(ToolPhase::Finished, &call.name, server, Vec::new());
+        Ok(answer)
     }
 
     /// `skills_run`: in the request's workspace with the code tools on, so

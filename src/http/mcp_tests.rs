@@ -1,0 +1,234 @@
+//! MCP servers as a tool source, end to end over HTTP: the scripted model
+//! calls real MCP servers started confined over stdio (the reference
+//! `server-everything` from npm, installed by `make test` into
+//! tests/mcp-servers) and a hostile one (tests/mcp-servers/rogue.py), and
+//! the loop answers every call, whatever the server does.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use actix_web::{test, App};
+use serde_json::{json, Value};
+use skillhost_actors::sandbox::launch::SandboxMode;
+use skillhost_actors::tools::mcp::config::{self, McpServerConfig};
+
+use crate::http::code_tests::{call, code_settings, start, Harness};
+use crate::http::configure;
+use crate::http::test_server::TestServer;
+
+/// The test servers, copied where the sandbox user can read them (the
+/// checkout may sit under a home folder it cannot enter).
+fn servers_dir() -> tempfile::TempDir {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-servers");
+    assert!(
+        source.join("node_modules/@modelcontextprotocol/server-everything").exists(),
+        "the MCP test servers are missing: run `make test` (or npm ci in tests/mcp-servers)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let copied = std::process::Command::new("cp")
+        .args(["-r", "--no-preserve=ownership"])
+        .arg(source.join("node_modules"))
+        .arg(source.join("rogue.py"))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    dir
+}
+
+/// `{"mcpServers": ...}` read as `--mcp-config` reads it.
+fn servers(dir: &Path, names: &[&str]) -> Vec<McpServerConfig> {
+    let everything = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let mut all = json!({
+        "everything": {"command": "node", "args": [everything, "stdio"], "read": [dir]},
+        "rogue": {"command": "/usr/bin/python3", "args": [dir.join("rogue.py")], "read": [dir]},
+    });
+    all.as_object_mut().unwrap().retain(|name, _| names.contains(&name.as_str()));
+    let text = json!({ "mcpServers": all }).to_string();
+    config::parse_file(&text, "test", &|_| None).unwrap()
+}
+
+async fn harness(outputs: Vec<String>, dir: &Path, names: &[&str], call_timeout: Duration) -> Harness {
+    let server = TestServer::scripted(outputs).sandbox(false).settings(code_settings());
+    start(server.mcp(servers(dir, names), call_timeout)).await
+}
+
+async fn post(harness: &Harness, body: Value) -> (u16, Value) {
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response = test::call_service(&app, request).await;
+    let status = response.status().as_u16();
+    (status, test::read_body_json(response).await)
+}
+
+async fn ask(harness: &Harness, content: &str) -> Value {
+    let (status, body) = post(harness, json!({"messages": [{"role": "user", "content": content}]})).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The `index`th prompt the scripted model was given (0: the turn's first;
+/// each tool round adds one holding the answers so far).
+fn prompt(harness: &Harness, index: usize) -> String {
+    harness.backend.prompts()[index].clone()
+}
+
+#[actix_web::test]
+async fn a_call_to_server_everything_is_answered_in_the_loop_and_counted() {
+    let dir = servers_dir();
+    let outputs = vec![
+        call("mcp__everything__echo", json!({"message": "hello from the loop"})),
+        call("mcp__everything__get-env", json!({})),
+        "Done.".to_string(),
+    ];
+    let harness = harness(outputs, dir.path(), &["everything"], Duration::from_secs(60)).await;
+    let body = ask(&harness, "Echo something.").await;
+    assert_eq!(body["choices"][0]["message"]["content"], "Done.");
+    let first = prompt(&harness, 0);
+    assert!(first.contains("mcp__everything__echo"), "the tools are declared: {first}");
+    assert!(prompt(&harness, 1).contains("Echo: hello from the loop"), "{}", prompt(&harness, 1));
+    // The server's environment is the sandbox's: its own HOME, nothing of
+    // the test process (cargo sets CARGO_* for it).
+    let env = prompt(&harness, 2);
+    assert!(env.contains("\"HOME\""), "{env}");
+    assert!(!env.contains("CARGO_PKG_NAME"), "the server saw the host's environment: {env}");
+    let counts = harness.state.server.mcp().unwrap().counts();
+    let row =
+        |tool: &str| counts.iter().find(|(s, t, _, _)| s == "everything" && t == tool).map(|r| (r.2.as_str(), r.3));
+    assert_eq!(row("echo"), Some(("ok", 1)));
+    assert_eq!(row("get-env"), Some(("ok", 1)));
+}
+
+#[actix_web::test]
+async fn a_hostile_server_is_confined_cut_off_and_named_for_the_model() {
+    let dir = servers_dir();
+    // A folder anyone may write: only the sandbox stands between the
+    // server and it.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let target = open.path().join("escaped.txt");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let outputs = vec![
+        call("mcp__rogue__escape", json!({"path": target, "port": port})),
+        call("mcp__rogue__shell", json!({})),
+        call("mcp__rogue__flood", json!({})),
+        "Done.".to_string(),
+    ];
+    let harness = harness(outputs, dir.path(), &["rogue"], Duration::from_secs(60)).await;
+    let body = ask(&harness, "Misbehave.").await;
+    assert_eq!(body["choices"][0]["message"]["content"], "Done.");
+    let first = prompt(&harness, 0);
+    assert!(first.contains("mcp__rogue__shell") && first.contains("mcp__rogue__escape"), "{first}");
+    assert!(!first.contains("mcp__rogue__bomb"), "the schema bomb is left out");
+    let escape = prompt(&harness, 1);
+    assert!(escape.contains("write refused"), "{escape}");
+    assert!(escape.contains("network refused"), "{escape}");
+    assert!(!target.exists(), "the server wrote outside its folder");
+    assert!(listener.accept().is_err(), "the server reached the host's network");
+    // Named like our shell, it stays the server's tool.
+    assert!(prompt(&harness, 2).contains("the rogue server's shell"));
+    let flood = prompt(&harness, 3);
+    assert!(flood.contains("longer than 8 MiB") && flood.contains("started again"), "{flood}");
+    let counts = harness.state.server.mcp().unwrap().counts();
+    assert!(counts.iter().any(|(_, tool, outcome, _)| tool == "flood" && outcome.as_str() == "failed"), "{counts:?}");
+}
+
+#[actix_web::test]
+async fn a_crashed_server_is_restarted_after_its_back_off() {
+    let dir = servers_dir();
+    let outputs = vec![
+        call("mcp__rogue__crash", json!({})),
+        call("mcp__rogue__shell", json!({})),
+        "First.".to_string(),
+        call("mcp__rogue__shell", json!({})),
+        "Second.".to_string(),
+    ];
+    let harness = harness(outputs, dir.path(), &["rogue"], Duration::from_secs(60)).await;
+    ask(&harness, "Crash.").await;
+    let crashed = prompt(&harness, 1);
+    assert!(crashed.contains("The MCP tool crash of rogue failed"), "{crashed}");
+    let waiting = prompt(&harness, 2);
+    assert!(waiting.contains("exited") && waiting.contains("started again in 1 s"), "{waiting}");
+    // Past the back-off, the next call starts it again.
+    tokio::time::sleep(skillhost_actors::tools::mcp::hub::FIRST_RESTART_BACKOFF + Duration::from_millis(200)).await;
+    let body = ask(&harness, "Again.").await;
+    assert_eq!(body["choices"][0]["message"]["content"], "Second.");
+    assert!(prompt(&harness, 4).contains("the rogue server's shell"), "{}", prompt(&harness, 4));
+}
+
+#[actix_web::test]
+async fn a_slow_call_times_out_and_a_changed_tool_list_waits_for_the_next_turn() {
+    let dir = servers_dir();
+    let outputs = vec![
+        call("mcp__rogue__grow", json!({})),
+        "Grown.".to_string(),
+        call("mcp__rogue__grown", json!({})),
+        call("mcp__rogue__sleep", json!({"seconds": 30})),
+        "Done.".to_string(),
+    ];
+    let harness = harness(outputs, dir.path(), &["rogue"], Duration::from_secs(1)).await;
+    ask(&harness, "Grow.").await;
+    // The round after the change keeps the prompt the turn started with.
+    assert!(!prompt(&harness, 1).contains("mcp__rogue__grown"));
+    ask(&harness, "Use it.").await;
+    assert!(prompt(&harness, 2).contains("mcp__rogue__grown"), "the next turn lists it");
+    assert!(prompt(&harness, 3).contains("the new tool answers"));
+    let slow = prompt(&harness, 4);
+    assert!(slow.contains("did not answer within 1 s"), "{slow}");
+}
+
+#[actix_web::test]
+async fn a_loaded_skill_limits_mcp_tools_and_requests_narrow_the_servers() {
+    let dir = servers_dir();
+    let skills = tempfile::tempdir().unwrap();
+    let skill = skills.path().join("careful");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: careful\ndescription: Uses only the rogue server's shell.\nallowed-tools: mcp__rogue__shell\n---\n# Careful\nCall mcp__rogue__shell.\n",
+    )
+    .unwrap();
+    let outputs = vec![
+        call("skills_read", json!({"skill": "careful"})),
+        call("mcp__rogue__escape", json!({})),
+        call("mcp__rogue__shell", json!({})),
+        "Done.".to_string(),
+        "No tools.".to_string(),
+    ];
+    let server = TestServer::scripted(outputs).sandbox(false).settings(code_settings()).skills_root(skills.path());
+    let harness = start(server.mcp(servers(dir.path(), &["rogue"]), Duration::from_secs(60))).await;
+    ask(&harness, "Be careful.").await;
+    assert!(prompt(&harness, 2).contains("mcp__rogue__escape is not allowed"), "{}", prompt(&harness, 2));
+    assert!(prompt(&harness, 3).contains("the rogue server's shell"));
+    // `mcp_servers: []` offers none of them; an unknown name is a 400.
+    let (status, _) = post(&harness, json!({"messages": [{"role": "user", "content": "x"}], "mcp_servers": []})).await;
+    assert_eq!(status, 200);
+    assert!(!prompt(&harness, 4).contains("mcp__rogue__"), "{}", prompt(&harness, 4));
+    let (status, body) =
+        post(&harness, json!({"messages": [{"role": "user", "content": "x"}], "mcp_servers": ["rogeu"]})).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no MCP server called 'rogeu'") && message.contains("rogue"), "{message}");
+}
+
+#[actix_web::test]
+async fn a_required_sandbox_that_cannot_confine_starts_no_server() {
+    let dir = servers_dir();
+    let server = TestServer::scripted(vec!["Plain answer.".to_string()])
+        .sandbox(false)
+        .exec_settings(|settings| {
+            settings.mode = SandboxMode::Required;
+            settings.unavailable = Some("no Landlock on this host".into());
+        })
+        .settings(code_settings());
+    let harness = start(server.mcp(servers(dir.path(), &["rogue"]), Duration::from_secs(60))).await;
+    let body = ask(&harness, "Hello.").await;
+    assert_eq!(body["choices"][0]["message"]["content"], "Plain answer.");
+    assert!(!prompt(&harness, 0).contains("mcp__rogue__"), "an unconfined server was offered");
+    let reports = harness.state.server.mcp().unwrap().report(false).await;
+    assert_eq!(reports[0].state, "down");
+    assert!(reports[0].error.as_deref().unwrap().contains("--skills-sandbox is required"), "{:?}", reports[0].error);
+}
