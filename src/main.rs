@@ -345,6 +345,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         max_detached_turns: config.max_detached_turns as usize,
         max_attachment_bytes: config.max_attachment_bytes,
         pdf_reader: std::env::current_exe().ok(),
+        hosted: config.hosted.clone(),
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

@@ -323,6 +323,8 @@ pub struct AppOptions {
     pub max_attachment_bytes: u64,
     /// The binary that reads an attached PDF's text (`skillhost pdf-text`).
     pub pdf_reader: Option<std::path::PathBuf>,
+    /// `--hosted-tool` and `--strict-hosted-tools`.
+    pub hosted: http::hosted::HostedTools,
 }
 
 /// The state every handler shares, around a started server.
@@ -340,6 +342,7 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         pdf_reader: options.pdf_reader,
         background: Arc::new(http::background::Background::new(options.max_detached_turns)),
         webui_turns: http::webui_turns::Turns::default(),
+        hosted: Arc::new(options.hosted),
         response_streams: http::background::Streams::default(),
     }))
 }

@@ -353,6 +353,12 @@ pub struct ServeArgs {
     /// MCP servers as the JSON of an mcpServers map (a config file's `mcp-servers:` key)
     #[arg(long = "mcp-servers", env = "SKILLHOST_MCP_SERVERS", help_heading = MCP)]
     pub mcp_servers: Option<String>,
+    /// A hosted tool a client may declare (OpenAI's web_search, file_search, ...) answered by an MCP tool, as KIND=mcp__SERVER__TOOL; repeatable. Unmapped ones are left out of the prompt and named in the x-skillhost-dropped-tools header
+    #[arg(long = "hosted-tool", env = "SKILLHOST_HOSTED_TOOL", value_delimiter = ',', help_heading = MCP)]
+    pub hosted_tool: Vec<String>,
+    /// Refuse a request that declares an unmapped hosted tool with a 400, instead of leaving the tool out
+    #[arg(long = "strict-hosted-tools", env = "SKILLHOST_STRICT_HOSTED_TOOLS", help_heading = MCP)]
+    pub strict_hosted_tools: bool,
     /// Seconds one MCP tool call may run [default: 60]
     #[arg(long = "mcp-call-timeout", env = "SKILLHOST_MCP_CALL_TIMEOUT", help_heading = MCP)]
     pub mcp_call_timeout: Option<u64>,
@@ -538,6 +544,8 @@ pub struct ServeConfig {
     pub mcp_servers: Vec<McpServerConfig>,
     /// `--mcp-call-timeout`.
     pub mcp_call_timeout: std::time::Duration,
+    /// `--hosted-tool` and `--strict-hosted-tools`.
+    pub hosted: crate::http::hosted::HostedTools,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -934,6 +942,9 @@ impl ServeArgs {
             Some(seconds) => std::time::Duration::from_secs(seconds),
             None => skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
         };
+        let names: Vec<String> = mcp_servers.iter().map(|server| server.name.clone()).collect();
+        let hosted = crate::http::hosted::HostedTools::parse(&self.hosted_tool, self.strict_hosted_tools, &names)
+            .map_err(ConfigError)?;
         let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
         if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
             return Err(ConfigError(format!(
@@ -965,6 +976,7 @@ impl ServeArgs {
             max_attachment_bytes,
             mcp_servers,
             mcp_call_timeout,
+            hosted,
         })
     }
 
@@ -1214,6 +1226,7 @@ mod tests {
                 max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
                 mcp_servers: Vec::new(),
                 mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+                hosted: Default::default(),
             }
         );
     }

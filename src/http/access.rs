@@ -83,6 +83,9 @@ fn starts_work(method: &Method, path: &str) -> bool {
 fn takes_json(method: &Method, path: &str) -> bool {
     starts_work(method, path)
         || (*method == Method::POST && matches!(path, "/ollama/api/show" | "/v1/messages/count_tokens" | "/v1/responses/input_tokens"))
+        // An MCP client sends JSON-RPC as JSON; a form on another site must
+        // not reach the skills through a keyless loopback server.
+        || (*method == Method::POST && path == "/mcp")
         // Creating a conversation, adding items, changing its metadata.
         || (*method == Method::POST && path.starts_with("/v1/conversations"))
 }

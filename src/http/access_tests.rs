@@ -117,6 +117,8 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("GET", "/api/skills/pdf", None, Need::User),
         ("GET", "/api/skills/pdf/files/SKILL.md", None, Need::User),
         ("GET", "/api/models", None, Need::User),
+        ("POST", "/mcp", json(br#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"#), Need::User),
+        ("GET", "/api/mcp", None, Need::User),
         (
             "POST",
             "/api/chat",
@@ -569,7 +571,7 @@ async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
 /// spelled: a form on another origin cannot make or fill a conversation or
 /// run a count (the gate judges the path the router matches).
 #[actix_web::test]
-async fn the_conversation_and_count_routes_need_json_in_every_spelling() {
+async fn the_conversation_count_and_mcp_routes_need_json_in_every_spelling() {
     let install = tempfile::tempdir().unwrap();
     let state = app_state(AccessConfig::default(), LOOPBACK, Admission::default(), install.path()).await;
     let app = test::init_service(App::new().app_data(state).configure(configure)).await;
@@ -582,6 +584,8 @@ async fn the_conversation_and_count_routes_need_json_in_every_spelling() {
         "/v1/responses/input_token%73",
         "/v1/responses/compact",
         "/v1/responses/compac%74",
+        "/mcp",
+        "/mc%70",
     ] {
         let form = Some(("application/x-www-form-urlencoded", b"items=x".to_vec()));
         let (status, _, response) = send(&app, "POST", uri, &form, &[]).await;

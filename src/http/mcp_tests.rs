@@ -232,3 +232,69 @@ async fn a_required_sandbox_that_cannot_confine_starts_no_server() {
     assert_eq!(reports[0].state, "down");
     assert!(reports[0].error.as_deref().unwrap().contains("--skills-sandbox is required"), "{:?}", reports[0].error);
 }
+
+async fn respond(harness: &Harness, body: Value) -> (u16, Option<String>, Value) {
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let request = test::TestRequest::post().uri("/v1/responses").set_json(body).to_request();
+    let response = test::call_service(&app, request).await;
+    let status = response.status().as_u16();
+    let dropped = response.headers().get("x-skillhost-dropped-tools").map(|value| value.to_str().unwrap().to_string());
+    (status, dropped, test::read_body_json(response).await)
+}
+
+#[actix_web::test]
+async fn responses_mcp_tools_choose_configured_servers_and_hosted_tools_drop_or_map() {
+    let dir = servers_dir();
+    let outputs = vec!["One.".to_string(), "Two.".to_string()];
+    let server = TestServer::scripted(outputs).sandbox(false).settings(code_settings());
+    let harness = start(server.mcp(servers(dir.path(), &["rogue", "everything"]), Duration::from_secs(60))).await;
+    // OpenAI's mcp tool for a configured server, narrowed to one tool, and
+    // Codex's web_search, which nothing maps: left out and named.
+    let body = json!({"input": "hi", "tools": [
+        {"type": "web_search"},
+        {"type": "mcp", "server_label": "rogue", "allowed_tools": ["shell"], "require_approval": "never"},
+    ]});
+    let (status, dropped, reply) = respond(&harness, body).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(dropped.as_deref(), Some("web_search"));
+    let first = prompt(&harness, 0);
+    assert!(first.contains("mcp__rogue__shell"), "{first}");
+    assert!(!first.contains("mcp__rogue__escape") && !first.contains("mcp__everything__"), "{first}");
+    // A request never points the server anywhere: an unknown label, or a
+    // URL other than the configured one, is a 400.
+    for (tool, says) in [
+        (
+            json!({"type": "mcp", "server_label": "elsewhere", "server_url": "https://mcp.example/"}),
+            "must name one of this server's MCP servers (everything, rogue)",
+        ),
+        (
+            json!({"type": "mcp", "server_label": "rogue", "server_url": "https://mcp.example/"}),
+            "is not the URL configured for 'rogue'",
+        ),
+    ] {
+        let (status, _, reply) = respond(&harness, json!({"input": "hi", "tools": [tool]})).await;
+        assert_eq!(status, 400, "{reply}");
+        assert!(reply["error"]["message"].as_str().unwrap().contains(says), "{reply}");
+    }
+    assert_eq!(harness.backend.prompts().len(), 1, "a refused request reached the model");
+}
+
+#[actix_web::test]
+async fn a_mapped_hosted_tool_is_its_mcp_tool_and_strict_servers_refuse_the_rest() {
+    let dir = servers_dir();
+    let names = vec!["rogue".to_string()];
+    let hosted =
+        crate::http::hosted::HostedTools::parse(&["web_search=mcp__rogue__shell".into()], true, &names).unwrap();
+    let server = TestServer::scripted(vec!["Mapped.".to_string()]).sandbox(false).settings(code_settings());
+    let harness = start(server.hosted(hosted).mcp(servers(dir.path(), &["rogue"]), Duration::from_secs(60))).await;
+    let (status, dropped, reply) = respond(&harness, json!({"input": "hi", "tools": [{"type": "web_search"}]})).await;
+    assert_eq!((status, dropped), (200, None), "{reply}");
+    assert!(prompt(&harness, 0).contains("mcp__rogue__shell"));
+    let (status, _, reply) = respond(&harness, json!({"input": "hi", "tools": [{"type": "file_search"}]})).await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("built-in tool 'file_search'") && message.contains("--hosted-tool file_search="),
+        "{message}"
+    );
+}

@@ -12,6 +12,7 @@ pub mod compact;
 pub mod conversations_api;
 pub mod error;
 pub mod files;
+pub mod hosted;
 pub mod mcp;
 pub mod metrics;
 pub mod ollama;
@@ -57,6 +58,8 @@ pub struct AppState {
     /// Each Web UI conversation's running or last turn, for pages that
     /// attach to it.
     pub webui_turns: webui_turns::Turns,
+    /// `--hosted-tool` and `--strict-hosted-tools`.
+    pub hosted: std::sync::Arc<hosted::HostedTools>,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -175,6 +178,9 @@ fn routes(config: &mut web::ServiceConfig) {
             web::resource("/v1/skills/{id}")
                 .route(web::get().to(skills::v1_get))
                 .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/mcp").route(web::post().to(mcp::serve)).default_service(web::to(ops::method_not_allowed)),
         )
         .service(
             web::resource("/api/mcp")

@@ -55,6 +55,10 @@ pub struct ChatCompletionRequest {
     pub multi_agent: Option<bool>,
     /// The operator's MCP servers this request may use (default: all).
     pub mcp_servers: Option<Vec<String>>,
+    /// Per server, the only tools it may use (from a Responses `mcp` tool's
+    /// `allowed_tools`); never read from the wire.
+    #[serde(skip)]
+    pub mcp_allowed_tools: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -588,7 +592,7 @@ impl ChatCompletionRequest {
                 restore: None,
                 surface: spelling.surface,
                 attachments: Vec::new(),
-                mcp: McpSelection { servers: self.mcp_servers, ..McpSelection::default() },
+                mcp: McpSelection { servers: self.mcp_servers, allowed_tools: self.mcp_allowed_tools },
             },
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),

@@ -400,9 +400,90 @@ fn function_tool(tool: &Value, at: &str, name: String) -> Result<WireTool, ApiEr
     })
 }
 
+/// What a request's tools may name besides functions: the operator's MCP
+/// servers (a `mcp` tool) and the hosted tools mapped to an MCP tool.
+#[derive(Default)]
+pub(crate) struct ToolSources {
+    pub(crate) mcp: Option<std::sync::Arc<skillhost_actors::tools::mcp::hub::McpHub>>,
+    pub(crate) hosted: std::sync::Arc<crate::http::hosted::HostedTools>,
+}
+
+impl ToolSources {
+    pub(crate) fn of(state: &AppState) -> ToolSources {
+        ToolSources { mcp: state.server.mcp().cloned(), hosted: std::sync::Arc::clone(&state.hosted) }
+    }
+}
+
+/// What the request's tools asked of the server beyond functions.
+#[derive(Debug, Default)]
+pub(crate) struct ToolExtras {
+    /// Hosted tools left out of the prompt (named in a header).
+    pub(crate) dropped: Vec<String>,
+    /// The MCP servers and tools the request's `mcp` tools and mapped
+    /// hosted tools chose; `None` when it named none.
+    pub(crate) mcp: Option<skillhost_actors::tools::mcp::McpSelection>,
+}
+
+/// A Responses `mcp` tool for one of the operator's servers: its label must
+/// be configured, and a `server_url` must be the one configured for it (the
+/// server never connects where a request says).
+fn mcp_tool(tool: &Value, at: &str, sources: &ToolSources, extras: &mut ToolExtras) -> Result<(), ApiError> {
+    let label = tool.get("server_label").and_then(Value::as_str).unwrap_or_default();
+    let configured = sources.mcp.as_ref().map(|hub| hub.names()).unwrap_or_default();
+    if !configured.iter().any(|name| name == label) {
+        let known = if configured.is_empty() { "none are configured".to_string() } else { configured.join(", ") };
+        return Err(ApiError::bad_param(
+            &format!("{at}.server_label"),
+            format!("'{at}.server_label' must name one of this server's MCP servers ({known}), not '{label}'"),
+        ));
+    }
+    if let Some(url) = tool.get("server_url").filter(|url| !url.is_null()) {
+        let own = sources.mcp.as_ref().and_then(|hub| hub.url_of(label));
+        if url.as_str() != own.as_deref() {
+            return Err(ApiError::bad_param(
+                &format!("{at}.server_url"),
+                format!("'{at}.server_url' is not the URL configured for '{label}'; this server connects only to the MCP servers its operator configured (leave server_url out)"),
+            ));
+        }
+    }
+    let selection = extras.mcp.get_or_insert_with(|| skillhost_actors::tools::mcp::McpSelection {
+        servers: Some(Vec::new()),
+        ..Default::default()
+    });
+    selection.servers.get_or_insert_with(Vec::new).push(label.to_string());
+    let allowed = match tool.get("allowed_tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(names)) => Some(names.clone()),
+        Some(Value::Object(filter)) => filter.get("tool_names").and_then(Value::as_array).cloned(),
+        Some(_) => None,
+    };
+    if let Some(names) = allowed {
+        let names: Option<Vec<String>> = names.iter().map(|n| n.as_str().map(str::to_string)).collect();
+        let Some(names) = names else {
+            return Err(ApiError::bad_param(
+                &format!("{at}.allowed_tools"),
+                format!("'{at}.allowed_tools' must list tool names"),
+            ));
+        };
+        selection.allowed_tools.insert(label.to_string(), names);
+    }
+    Ok(())
+}
+
 /// The request's tools as function tools: its own function tools first,
 /// then the functions of tool namespaces under qualified names.
+#[cfg(test)]
 fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiError> {
+    function_tools_with(tools, &ToolSources::default()).map(|(functions, namespaced, _)| (functions, namespaced))
+}
+
+/// [`function_tools`], reading `mcp` tools and hosted tools against what
+/// the operator configured.
+fn function_tools_with(
+    tools: Vec<Value>,
+    sources: &ToolSources,
+) -> Result<(Vec<WireTool>, Namespaced, ToolExtras), ApiError> {
+    let mut extras = ToolExtras::default();
     let mut functions = Vec::new();
     let mut from_namespaces = Vec::new();
     let mut namespaced = Namespaced::new();
@@ -412,15 +493,22 @@ fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiE
         let name = tool.get("name").and_then(Value::as_str);
         match kind {
             "function" => {
-                let name = name.ok_or_else(|| ApiError::bad_param(&format!("{at}.name"), format!("'{at}' needs a 'name'")))?;
+                let name =
+                    name.ok_or_else(|| ApiError::bad_param(&format!("{at}.name"), format!("'{at}' needs a 'name'")))?;
                 functions.push(function_tool(tool, &at, name.to_string())?);
             }
             "namespace" => {
                 let Some(namespace) = name else {
-                    return Err(ApiError::bad_param(&format!("{at}.name"), format!("'{at}' (namespace) needs a 'name'")));
+                    return Err(ApiError::bad_param(
+                        &format!("{at}.name"),
+                        format!("'{at}' (namespace) needs a 'name'"),
+                    ));
                 };
                 let Some(members) = tool.get("tools").and_then(Value::as_array) else {
-                    return Err(ApiError::bad_param(&format!("{at}.tools"), format!("'{at}' (namespace) needs a list of 'tools'")));
+                    return Err(ApiError::bad_param(
+                        &format!("{at}.tools"),
+                        format!("'{at}' (namespace) needs a list of 'tools'"),
+                    ));
                 };
                 for (m, member) in members.iter().enumerate() {
                     let at = format!("{at}.tools[{m}]");
@@ -445,23 +533,35 @@ fn function_tools(tools: Vec<Value>) -> Result<(Vec<WireTool>, Namespaced), ApiE
                     namespaced.insert(name, (namespace.to_string(), function.to_string()));
                 }
             }
-            // Codex sends it by default; its settings turn it off.
-            "web_search" => {
-                return Err(ApiError::bad_param(
-                    &at,
-                    format!("'{at}' is the built-in tool 'web_search', which this server does not run; declare a function tool instead (in Codex: web_search = \"disabled\")"),
-                ))
-            }
-            other => {
-                return Err(ApiError::bad_param(
-                    &at,
-                    format!("'{at}' is the built-in tool '{other}', which this server does not run; declare a function tool instead"),
-                ))
-            }
+            "mcp" => mcp_tool(tool, &at, sources, &mut extras)?,
+            // A hosted tool (Codex sends web_search by default): the MCP
+            // tool the operator mapped it to, or left out and named, or
+            // refused under --strict-hosted-tools.
+            other => match sources.hosted.resolve(other) {
+                crate::http::hosted::Hosted::Mapped { server, tool } => {
+                    if let Some(selection) = extras.mcp.as_mut() {
+                        selection.servers.get_or_insert_with(Vec::new).push(server.clone());
+                        if let Some(allowed) = selection.allowed_tools.get_mut(&server) {
+                            allowed.push(tool);
+                        }
+                    }
+                }
+                crate::http::hosted::Hosted::Dropped => {
+                    tracing::info!(tool = %other, "a hosted tool the request declared is left out: no MCP tool is mapped to it (--hosted-tool)");
+                    extras.dropped.push(other.to_string());
+                }
+                crate::http::hosted::Hosted::Refused => {
+                    let hint = if other == "web_search" { " (in Codex: web_search = \"disabled\")" } else { "" };
+                    return Err(ApiError::bad_param(
+                        &at,
+                        format!("'{at}' is the built-in tool '{other}', which this server does not run; declare a function tool instead{hint}, or have the operator map it to an MCP tool with --hosted-tool {other}=mcp__SERVER__TOOL"),
+                    ));
+                }
+            },
         }
     }
     functions.extend(from_namespaces);
-    Ok((functions, namespaced))
+    Ok((functions, namespaced, extras))
 }
 
 /// An input item as it is stored: with an `id` (made here when the client
@@ -586,7 +686,8 @@ fn translate(
     request: ResponsesRequest,
     context: &[Value],
     input: &[Value],
-) -> Result<(ChatCompletionRequest, Namespaced), ApiError> {
+    sources: &ToolSources,
+) -> Result<(ChatCompletionRequest, Namespaced, ToolExtras), ApiError> {
     if context.is_empty() && input.is_empty() {
         return Err(ApiError::bad_param("input", "'input' is empty; send a string or at least one item"));
     }
@@ -596,11 +697,11 @@ fn translate(
         messages.push(text_message("system", instructions));
     }
     messages.extend(messages_from_items(&items, "input")?);
-    let (tools, namespaced) = match request.tools {
-        None => (None, Namespaced::new()),
+    let (tools, namespaced, extras) = match request.tools {
+        None => (None, Namespaced::new(), ToolExtras::default()),
         Some(tools) => {
-            let (tools, namespaced) = function_tools(tools)?;
-            (Some(tools), namespaced)
+            let (tools, namespaced, extras) = function_tools_with(tools, sources)?;
+            (Some(tools), namespaced, extras)
         }
     };
     let tool_choice = match request.tool_choice {
@@ -657,7 +758,18 @@ fn translate(
         mcp_servers: request.mcp_servers,
         ..ChatCompletionRequest::default()
     };
-    Ok((wire, namespaced))
+    let mut wire = wire;
+    if let Some(selection) = &extras.mcp {
+        // The request's `mcp` tools choose the servers (with any its own
+        // mcp_servers named), and may narrow their tools.
+        let mut servers = wire.mcp_servers.take().unwrap_or_default();
+        servers.extend(selection.servers.iter().flatten().cloned());
+        servers.sort();
+        servers.dedup();
+        wire.mcp_servers = Some(servers);
+        wire.mcp_allowed_tools = selection.allowed_tools.clone();
+    }
+    Ok((wire, namespaced, extras))
 }
 
 /// The Responses API's budget is `max_output_tokens`, its function tools
@@ -769,6 +881,8 @@ struct Draft {
     echo: Echo,
     namespaced: Namespaced,
     output: Vec<Value>,
+    /// Hosted tools the request declared that were left out.
+    dropped: Vec<String>,
 }
 
 impl Draft {
@@ -942,17 +1056,24 @@ async fn serve(
 ) -> Result<HttpResponse, ApiError> {
     let wire: ResponsesRequest = read_json(request, payload).await?;
     let (chat, peer, draft, stream) = open_turn(state, request, wire).await?;
-    if draft.echo.background {
-        return run_in_background(state, chat, draft, started, stream).await;
-    }
-    if stream {
+    let dropped = draft.dropped.join(", ");
+    let mut response = if draft.echo.background {
+        run_in_background(state, chat, draft, started, stream).await?
+    } else if stream {
         let encoder = ResponsesEncoder::new(state, draft, None);
-        return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
+        sse_response(event_stream(state.clone(), chat, peer, started, encoder))
+    } else {
+        let done = collect(state, chat, peer, started).await?;
+        let mut draft = draft;
+        let response = draft.finish(&done);
+        HttpResponse::Ok().json(draft.keep(state, response).await)
+    };
+    if !dropped.is_empty() {
+        if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&dropped) {
+            response.headers_mut().insert(crate::http::hosted::DROPPED_HEADER.clone(), value);
+        }
     }
-    let done = collect(state, chat, peer, started).await?;
-    let mut draft = draft;
-    let response = draft.finish(&done);
-    Ok(HttpResponse::Ok().json(draft.keep(state, response).await))
+    Ok(response)
 }
 
 /// A Responses turn, started: its events, the client watch, the response
@@ -992,7 +1113,7 @@ async fn prepare(
     context.extend(stored);
     let echo = Echo::of(&wire);
     let store = wire.store.unwrap_or(true);
-    let (chat, namespaced) = translate(wire, &context, &input)?;
+    let (chat, namespaced, extras) = translate(wire, &context, &input, &ToolSources::of(state))?;
     let draft = Draft {
         // Stored here only: the id names this replica (`--replica-id`).
         id: skillhost_actors::replica::stamp(new_id("resp")),
@@ -1006,6 +1127,7 @@ async fn prepare(
         echo,
         namespaced,
         output: Vec::new(),
+        dropped: extras.dropped,
     };
     Ok(Prepared { chat, draft, context })
 }
@@ -1225,7 +1347,7 @@ pub async fn input_tokens(
     let conversation = wire.conversation_id()?;
     let (context, input) =
         resolve(&state, &owner, wire.previous_response_id.as_deref(), conversation.as_deref(), given).await?;
-    let (chat, _) = translate(wire, &context, &input)?;
+    let (chat, _, _) = translate(wire, &context, &input, &ToolSources::of(&state))?;
     let validated = chat.validate_as(&info.id, &SPELLING)?;
     // Attachments' lines are part of the prompt the count is for.
     let mut counted = validated.request;

@@ -94,6 +94,7 @@ pub(crate) struct TestServer {
     max_attachment_bytes: u64,
     mcp: Vec<McpServerConfig>,
     mcp_call_timeout: Duration,
+    hosted: crate::http::hosted::HostedTools,
 }
 
 /// A started test server.
@@ -147,7 +148,14 @@ impl TestServer {
             max_attachment_bytes: skillhost_actors::attachments::DEFAULT_MAX_ATTACHMENT_BYTES,
             mcp: Vec::new(),
             mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+            hosted: Default::default(),
         }
+    }
+
+    /// `--hosted-tool` and `--strict-hosted-tools`.
+    pub(crate) fn hosted(mut self, hosted: crate::http::hosted::HostedTools) -> Self {
+        self.hosted = hosted;
+        self
     }
 
     /// MCP servers (stdio ones need [`TestServer::sandbox`]), and how long
@@ -296,6 +304,7 @@ impl TestServer {
             // The real binary reads PDFs, as in a server; route tests that
             // run without it built (`make check`) read none.
             pdf_reader: Some(helper_path()).filter(|path| path.exists()),
+            hosted: self.hosted,
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

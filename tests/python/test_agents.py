@@ -58,12 +58,12 @@ def codex_home(folder, url, model, headers=None):
     if headers:
         pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items())
         provider_headers = f"http_headers = {{ {pairs} }}\n"
-    # web_search is off: this server refuses built-in tools it cannot run.
-    # Codex's sub-agent tools stay on; they arrive as a tool namespace.
+    # Codex's defaults otherwise: its web_search is left out by the server
+    # (no MCP tool is mapped to it), and its sub-agent tools arrive as a
+    # tool namespace.
     (home / "config.toml").write_text(
         f'model = "{model}"\n'
         'model_provider = "skillhost"\n'
-        'web_search = "disabled"\n'
         f'model_instructions_file = "{home / "instructions.md"}"\n'
         "[features]\ngoals = false\n"
         "[model_providers.skillhost]\n"

@@ -94,13 +94,23 @@ def test_a_function_call_round_trip(client):
     assert [item.type for item in final.output if item.type == "function_call"] == ["function_call"]
 
 
+def test_a_hosted_tool_the_server_does_not_run_is_left_out_and_named(server):
+    # Codex declares web_search on every request; unmapped, it is dropped.
+    body = {"model": MODEL, "input": "hi", "max_output_tokens": 2, "tools": [{"type": "web_search"}]}
+    response = httpx.post(server.url + "/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-skillhost-dropped-tools"] == "web_search"
+    assert response.json()["status"] in ("completed", "incomplete")
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
         ({"input": []}, "'input' is empty"),
         ({"input": 5}, "'input' must be a string or a list"),
         ({"previous_response_id": "resp_unknown"}, "no stored response has the id 'resp_unknown'"),
-        ({"tools": [{"type": "web_search"}]}, "built-in tool 'web_search'"),
+        ({"tools": [{"type": "mcp", "server_label": "search", "server_url": "https://mcp.example/"}]},
+         "'tools[0].server_label' must name one of this server's MCP servers (none are configured), not 'search'"),
         ({"tools": [{"type": "namespace", "name": "crm", "description": "x", "tools": [{"type": "custom", "name": "x"}]}]},
          "function tools only"),
         ({"max_output_tokens": 0}, "'max_output_tokens' must be at least 1"),

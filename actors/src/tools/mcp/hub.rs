@@ -242,6 +242,14 @@ impl McpHub {
         self.slots.iter().map(|slot| slot.config.name.clone()).collect()
     }
 
+    /// The URL of an HTTP server; `None` for a stdio one or an unknown name.
+    pub fn url_of(&self, name: &str) -> Option<String> {
+        match &self.slot(name)?.config.transport {
+            Transport::Http { url, .. } => Some(url.clone()),
+            Transport::Stdio { .. } => None,
+        }
+    }
+
     fn slot(&self, name: &str) -> Option<&Slot> {
         self.slots.iter().find(|slot| slot.config.name == name)
     }
