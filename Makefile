@@ -68,7 +68,7 @@ soak: deps model build $(VENV)/.installed
 	$(VENV)/bin/python tests/python/soak.py --minutes $(SOAK_MINUTES)
 
 # Side by side with llama.cpp's llama-server, built once into ~/.cache/skillhost.
-bench: deps model llama-server
+bench: deps model llama-server mcp-deps
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh) $(CARGO) run --release -p skillhost-bench
 
 # The install tests run the host's installer for real: Debian's pip for the

@@ -324,7 +324,7 @@ pub struct AppOptions {
     /// The binary that reads an attached PDF's text (`skillhost pdf-text`).
     pub pdf_reader: Option<std::path::PathBuf>,
     /// `--hosted-tool` and `--strict-hosted-tools`.
-    pub hosted: http::hosted::HostedTools,
+    pub hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
 }
 
 /// The state every handler shares, around a started server.

@@ -38,7 +38,7 @@ pub struct ChatRequest {
     /// message that carries one already holds its note.
     pub attachments: Vec<crate::attachments::Attachment>,
     /// Which of the operator's MCP servers (and tools) the request may use.
-    pub mcp: crate::tools::mcp::McpSelection,
+    pub mcp: McpSelection,
 }
 
 /// The ways a chat request reaches the loop.
@@ -290,5 +290,25 @@ impl ContextParts {
         // Rounding down loses a few tokens; they belong to the history.
         out.history += tokens.saturating_sub(out.total());
         out
+    }
+}
+
+/// Which servers (and which of their tools) a request may use; the default
+/// is every configured server, every tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpSelection {
+    /// `None`: all. `Some([])`: none.
+    pub servers: Option<Vec<String>>,
+    /// Per server, the only tools it may use (Responses' `allowed_tools`).
+    pub allowed_tools: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl McpSelection {
+    pub fn includes(&self, server: &str) -> bool {
+        self.servers.as_ref().is_none_or(|servers| servers.iter().any(|s| s == server))
+    }
+
+    pub fn allows(&self, server: &str, tool: &str) -> bool {
+        self.includes(server) && self.allowed_tools.get(server).is_none_or(|tools| tools.iter().any(|t| t == tool))
     }
 }

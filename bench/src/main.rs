@@ -14,7 +14,8 @@
 //! Before those, the skills registry: scan time for 10, 100 and 512
 //! generated skills, cold and warm, and ZIP install throughput; then code
 //! execution: a sandboxed `true` over a plain one, and `apply_patch` on a
-//! 10,000-line file with 50 hunks. Then the Web UI stream: when each
+//! 10,000-line file with 50 hunks; then an MCP stdio server's call and cold
+//! start, confined against not (see `mcp`). Then the Web UI stream: when each
 //! round's frames of a two-round skills request arrive. Then four child
 //! agents decoding together against the same generations one at a time
 //! (see `agents`); what letting go of context costs in tokens decoded
@@ -39,6 +40,7 @@ mod baseline;
 mod budget;
 mod exec;
 mod huge;
+mod mcp;
 mod skills;
 mod store;
 mod upstream;
@@ -336,7 +338,7 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `agents`, `budget`, `store`, `webui`,
+    // `skillhost-bench skills`, `exec`, `mcp`, `agents`, `budget`, `store`, `webui`,
     // `model`, `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -354,6 +356,11 @@ fn main() {
     if wanted("exec") {
         println!("code execution:");
         exec::run();
+        println!();
+    }
+    if wanted("mcp") {
+        println!("MCP servers:");
+        mcp::run();
         println!();
     }
     if wanted("agents") {

@@ -545,7 +545,7 @@ pub struct ServeConfig {
     /// `--mcp-call-timeout`.
     pub mcp_call_timeout: std::time::Duration,
     /// `--hosted-tool` and `--strict-hosted-tools`.
-    pub hosted: crate::http::hosted::HostedTools,
+    pub hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -943,8 +943,12 @@ impl ServeArgs {
             None => skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
         };
         let names: Vec<String> = mcp_servers.iter().map(|server| server.name.clone()).collect();
-        let hosted = crate::http::hosted::HostedTools::parse(&self.hosted_tool, self.strict_hosted_tools, &names)
-            .map_err(ConfigError)?;
+        let hosted = skillhost_actors::tools::mcp::hosted::HostedTools::parse(
+            &self.hosted_tool,
+            self.strict_hosted_tools,
+            &names,
+        )
+        .map_err(ConfigError)?;
         let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
         if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
             return Err(ConfigError(format!(

@@ -80,6 +80,10 @@ async fn a_call_to_server_everything_is_answered_in_the_loop_and_counted() {
     let outputs = vec![
         call("mcp__everything__echo", json!({"message": "hello from the loop"})),
         call("mcp__everything__get-env", json!({})),
+        call(
+            "mcp_read_resource",
+            json!({"server": "everything", "uri": "demo://resource/static/document/architecture.md"}),
+        ),
         "Done.".to_string(),
     ];
     let harness = harness(outputs, dir.path(), &["everything"], Duration::from_secs(60)).await;
@@ -93,6 +97,9 @@ async fn a_call_to_server_everything_is_answered_in_the_loop_and_counted() {
     let env = prompt(&harness, 2);
     assert!(env.contains("\"HOME\""), "{env}");
     assert!(!env.contains("CARGO_PKG_NAME"), "the server saw the host's environment: {env}");
+    // It offers resources, so the one reading tool is declared and reads.
+    assert!(first.contains("mcp_read_resource"));
+    assert!(prompt(&harness, 3).contains("# Everything Server"), "{}", prompt(&harness, 3));
     let counts = harness.state.server.mcp().unwrap().counts();
     let row =
         |tool: &str| counts.iter().find(|(s, t, _, _)| s == "everything" && t == tool).map(|r| (r.2.as_str(), r.3));
@@ -283,8 +290,12 @@ async fn responses_mcp_tools_choose_configured_servers_and_hosted_tools_drop_or_
 async fn a_mapped_hosted_tool_is_its_mcp_tool_and_strict_servers_refuse_the_rest() {
     let dir = servers_dir();
     let names = vec!["rogue".to_string()];
-    let hosted =
-        crate::http::hosted::HostedTools::parse(&["web_search=mcp__rogue__shell".into()], true, &names).unwrap();
+    let hosted = skillhost_actors::tools::mcp::hosted::HostedTools::parse(
+        &["web_search=mcp__rogue__shell".into()],
+        true,
+        &names,
+    )
+    .unwrap();
     let server = TestServer::scripted(vec!["Mapped.".to_string()]).sandbox(false).settings(code_settings());
     let harness = start(server.hosted(hosted).mcp(servers(dir.path(), &["rogue"]), Duration::from_secs(60))).await;
     let (status, dropped, reply) = respond(&harness, json!({"input": "hi", "tools": [{"type": "web_search"}]})).await;

@@ -12,7 +12,6 @@ pub mod compact;
 pub mod conversations_api;
 pub mod error;
 pub mod files;
-pub mod hosted;
 pub mod mcp;
 pub mod metrics;
 pub mod ollama;
@@ -59,7 +58,7 @@ pub struct AppState {
     /// attach to it.
     pub webui_turns: webui_turns::Turns,
     /// `--hosted-tool` and `--strict-hosted-tools`.
-    pub hosted: std::sync::Arc<hosted::HostedTools>,
+    pub hosted: std::sync::Arc<skillhost_actors::tools::mcp::hosted::HostedTools>,
 }
 
 /// Registers every route behind the access gate; `main` and the tests

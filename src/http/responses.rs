@@ -400,12 +400,16 @@ fn function_tool(tool: &Value, at: &str, name: String) -> Result<WireTool, ApiEr
     })
 }
 
+/// The response header naming the hosted tools a request declared that
+/// were left out.
+pub const DROPPED_HEADER: &str = "x-skillhost-dropped-tools";
+
 /// What a request's tools may name besides functions: the operator's MCP
 /// servers (a `mcp` tool) and the hosted tools mapped to an MCP tool.
 #[derive(Default)]
 pub(crate) struct ToolSources {
     pub(crate) mcp: Option<std::sync::Arc<skillhost_actors::tools::mcp::hub::McpHub>>,
-    pub(crate) hosted: std::sync::Arc<crate::http::hosted::HostedTools>,
+    pub(crate) hosted: std::sync::Arc<skillhost_actors::tools::mcp::hosted::HostedTools>,
 }
 
 impl ToolSources {
@@ -538,7 +542,7 @@ fn function_tools_with(
             // tool the operator mapped it to, or left out and named, or
             // refused under --strict-hosted-tools.
             other => match sources.hosted.resolve(other) {
-                crate::http::hosted::Hosted::Mapped { server, tool } => {
+                skillhost_actors::tools::mcp::hosted::Hosted::Mapped { server, tool } => {
                     if let Some(selection) = extras.mcp.as_mut() {
                         selection.servers.get_or_insert_with(Vec::new).push(server.clone());
                         if let Some(allowed) = selection.allowed_tools.get_mut(&server) {
@@ -546,11 +550,11 @@ fn function_tools_with(
                         }
                     }
                 }
-                crate::http::hosted::Hosted::Dropped => {
+                skillhost_actors::tools::mcp::hosted::Hosted::Dropped => {
                     tracing::info!(tool = %other, "a hosted tool the request declared is left out: no MCP tool is mapped to it (--hosted-tool)");
                     extras.dropped.push(other.to_string());
                 }
-                crate::http::hosted::Hosted::Refused => {
+                skillhost_actors::tools::mcp::hosted::Hosted::Refused => {
                     let hint = if other == "web_search" { " (in Codex: web_search = \"disabled\")" } else { "" };
                     return Err(ApiError::bad_param(
                         &at,
@@ -1070,7 +1074,7 @@ async fn serve(
     };
     if !dropped.is_empty() {
         if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&dropped) {
-            response.headers_mut().insert(crate::http::hosted::DROPPED_HEADER.clone(), value);
+            response.headers_mut().insert(actix_web::http::header::HeaderName::from_static(DROPPED_HEADER), value);
         }
     }
     Ok(response)

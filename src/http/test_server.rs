@@ -94,7 +94,7 @@ pub(crate) struct TestServer {
     max_attachment_bytes: u64,
     mcp: Vec<McpServerConfig>,
     mcp_call_timeout: Duration,
-    hosted: crate::http::hosted::HostedTools,
+    hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
 }
 
 /// A started test server.
@@ -153,7 +153,7 @@ impl TestServer {
     }
 
     /// `--hosted-tool` and `--strict-hosted-tools`.
-    pub(crate) fn hosted(mut self, hosted: crate::http::hosted::HostedTools) -> Self {
+    pub(crate) fn hosted(mut self, hosted: skillhost_actors::tools::mcp::hosted::HostedTools) -> Self {
         self.hosted = hosted;
         self
     }

@@ -7,12 +7,15 @@
 //! byte-stable, and the router sends each call through the hub.
 
 pub mod config;
+pub mod hosted;
 pub mod hub;
 pub mod lines;
 pub mod result;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+pub use crate::request::McpSelection;
 
 use serde_json::{json, Map, Value};
 use skillhost_engine::ToolDef;
@@ -104,26 +107,6 @@ impl Catalog {
             catalog.tools.push(McpTool { name, declaration: ToolDef { name: full, description, parameters: schema } });
         }
         catalog
-    }
-}
-
-/// Which servers (and which of their tools) a request may use; the default
-/// is every configured server, every tool.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct McpSelection {
-    /// `None`: all. `Some([])`: none.
-    pub servers: Option<Vec<String>>,
-    /// Per server, the only tools it may use (Responses' `allowed_tools`).
-    pub allowed_tools: BTreeMap<String, Vec<String>>,
-}
-
-impl McpSelection {
-    pub fn includes(&self, server: &str) -> bool {
-        self.servers.as_ref().is_none_or(|servers| servers.iter().any(|s| s == server))
-    }
-
-    pub fn allows(&self, server: &str, tool: &str) -> bool {
-        self.includes(server) && self.allowed_tools.get(server).is_none_or(|tools| tools.iter().any(|t| t == tool))
     }
 }
 

@@ -8,11 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::http::header::HeaderName;
-
-/// The response header naming the hosted tools left out.
-pub static DROPPED_HEADER: HeaderName = HeaderName::from_static("x-skillhost-dropped-tools");
-
 /// The operator's mappings and strictness.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostedTools {
@@ -43,7 +38,7 @@ impl HostedTools {
             if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!("--hosted-tool '{value}': '{kind}' is not a hosted tool type such as web_search"));
             }
-            let Some((server, tool)) = skillhost_actors::tools::mcp::split_name(target.trim()) else {
+            let Some((server, tool)) = super::split_name(target.trim()) else {
                 return Err(format!("--hosted-tool '{value}': '{target}' is not an MCP tool name (mcp__SERVER__TOOL)"));
             };
             if !servers.iter().any(|name| name == server) {
