@@ -89,10 +89,7 @@ pub async fn serve(state: web::Data<AppState>, request: HttpRequest, payload: we
     let method = fields.get("method").and_then(Value::as_str);
     let Some(id) = fields.get("id").cloned() else {
         // A notification (initialized, cancelled) or a response: nothing to say.
-        return match method {
-            Some(_) => HttpResponse::Accepted().finish(),
-            None => HttpResponse::Accepted().finish(),
-        };
+        return HttpResponse::Accepted().finish();
     };
     let Some(method) = method else {
         return HttpResponse::BadRequest().json(rpc_error(&id, INVALID_REQUEST, "a request needs a method"));
