@@ -209,6 +209,23 @@ mod tests {
     }
 
     #[test]
+    fn a_full_name_and_a_description_at_their_limits_and_one_past() {
+        // "mcp__s__" is 8 characters.
+        let at = "t".repeat(MAX_TOOL_NAME_CHARS - 8);
+        let past = "u".repeat(MAX_TOOL_NAME_CHARS - 7);
+        let long = "d".repeat(MAX_DESCRIPTION_CHARS + 1);
+        let tools = vec![
+            json!({"name": at, "description": long, "inputSchema": {"type": "object"}}),
+            json!({"name": past, "inputSchema": {"type": "object"}}),
+        ];
+        let catalog = Catalog::from_tools("s", &tools);
+        assert_eq!(catalog.tools.len(), 1);
+        assert_eq!(catalog.tools[0].declaration.name.chars().count(), MAX_TOOL_NAME_CHARS);
+        assert_eq!(catalog.tools[0].declaration.description.chars().count(), MAX_DESCRIPTION_CHARS);
+        assert_eq!(catalog.skipped[0].0, past);
+    }
+
+    #[test]
     fn a_selection_narrows_servers_and_tools() {
         let all = McpSelection::default();
         assert!(all.allows("a", "x"));
