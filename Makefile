@@ -195,10 +195,18 @@ $(AGENT_CLIENTS)/node_modules/.installed: $(AGENT_CLIENTS)/package.json $(AGENT_
 	cd $(AGENT_CLIENTS) && npm ci --no-audit --no-fund
 	touch $@
 
-# Real MCP servers from npm (the reference server-everything and
-# server-filesystem), pinned by their lock file; the MCP tests start them
-# confined over stdio.
-mcp-deps: $(MCP_SERVERS)/node_modules/.installed
+# Real MCP servers from the registries, which the MCP tests start confined
+# over stdio: the reference server-everything and server-filesystem from
+# npm (pinned by their lock file), and mcp-server-time from PyPI, installed
+# for the system Python (the one a confined server runs) with every
+# dependency pinned.
+mcp-deps: $(MCP_SERVERS)/node_modules/.installed $(MCP_SERVERS)/python/.installed
+
+$(MCP_SERVERS)/python/.installed: $(MCP_SERVERS)/requirements.txt
+	@/usr/bin/python3 -m pip --version >/dev/null 2>&1 || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y python3-pip; }
+	rm -rf $(MCP_SERVERS)/python
+	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target $(MCP_SERVERS)/python -r $(MCP_SERVERS)/requirements.txt
+	touch $@
 
 $(MCP_SERVERS)/node_modules/.installed: $(MCP_SERVERS)/package.json $(MCP_SERVERS)/package-lock.json
 	@command -v npm >/dev/null || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; }

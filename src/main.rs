@@ -18,6 +18,7 @@ mod chat_cli;
 mod config;
 mod http;
 mod list_skills;
+mod mcp_cli;
 mod patch_cli;
 mod pdf_text;
 mod sandbox_cli;
@@ -35,7 +36,7 @@ use skillhost_actors::sandbox::helper_args::{self, HelperArgs};
 use skillhost_actors::ModelStatus;
 use tracing_subscriber::EnvFilter;
 
-use config::{ChatArgs, Cli, Command, ListSkillsArgs, LogFormat, ServeArgs, ServeConfig};
+use config::{ChatArgs, Cli, Command, ListSkillsArgs, LogFormat, McpCommand, McpListArgs, ServeArgs, ServeConfig};
 use std::sync::Arc;
 
 /// Prints a command's report and exits 0 only when it says all went well;
@@ -120,6 +121,13 @@ fn main() -> ExitCode {
         Command::ListSkills(_) => print_skills(
             config::layered::<ListSkillsArgs>(&definition, &matches, "list-skills").and_then(|(a, _)| a.resolve()),
         ),
+        Command::Mcp(McpCommand::List(_)) => match config::layered::<McpListArgs>(&definition, &matches, "mcp list") {
+            Ok((args, _)) => mcp_list(args),
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve(given) => {
             let (args, merged) = match config::layered::<ServeArgs>(&definition, &matches, "serve") {
                 Ok(layered) => layered,
@@ -203,6 +211,48 @@ fn run_sandboxed(args: sandbox_cli::RunSandboxedArgs) -> ExitCode {
             eprintln!("error: {err}");
             ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
         }
+    }
+}
+
+/// `mcp list`: every configured server started, listed and stopped; exit
+/// 1 when one did not come up.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+fn mcp_list(args: McpListArgs) -> ExitCode {
+    let config = match args.serve.resolve_without_model() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging_at(config.log_format, CHAT_LOG_FILTER);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let reports = match runtime.block_on(mcp_cli::reports(&config)) {
+        Ok(reports) => reports,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = match args.json {
+        true => serde_json::json!({ "servers": reports }).to_string() + "\n",
+        false => mcp_cli::render(&reports),
+    };
+    // Names, descriptions and errors come from the servers: no control
+    // sequence of theirs reaches a terminal.
+    match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        true => print!("{}", terminal::printable(&text)),
+        false => print!("{text}"),
+    }
+    match reports.iter().all(|report| report.state == "up") {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
     }
 }
 

@@ -159,8 +159,13 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
     if let Some(skill) = &args.skill {
         allow(Exception::Read(skill.clone()))?;
     }
+    // The operator's code for a service: readable and runnable (Python's
+    // and node's native modules are mapped executable), never writable.
     if let Some(cwd) = &args.cwd {
-        allow(Exception::Read(cwd.clone()))?;
+        allow(Exception::ExecuteAndRead(cwd.clone()))?;
+    }
+    for path in &args.execute {
+        allow(Exception::ExecuteAndRead(path.clone()))?;
     }
     for path in &args.read {
         allow(Exception::Read(path.clone()))?;

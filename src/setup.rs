@@ -99,6 +99,7 @@ pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), 
         artifacts,
         mcp_servers: config.mcp_servers.clone(),
         mcp_call_timeout: config.mcp_call_timeout,
+        mcp_serve_scripts: config.mcp_serve_scripts,
     })
     .await?;
     if let Some(skills) = server.skills() {
@@ -114,13 +115,13 @@ pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), 
 /// What process execution needs from start-up: the runtime shared by
 /// requests, the artifact store for the supervisor, and the folders this
 /// process made for itself (removed when the returned guards drop).
-type ExecSetup = (Option<Arc<ExecRuntime>>, Option<ArtifactStore>, Vec<sandbox_cli::OwnedDir>);
+pub(crate) type ExecSetup = (Option<Arc<ExecRuntime>>, Option<ArtifactStore>, Vec<sandbox_cli::OwnedDir>);
 
 /// Sets up process execution when code execution or skill scripts are on:
 /// the server's own folder, the helper, per-workspace uids, control groups,
 /// workspace size caps, and a trial run that decides what this host
 /// confines (logged, and named in every command result).
-async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, StartupError> {
+pub(crate) async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, StartupError> {
     let exec = &config.exec;
     // A stdio MCP server runs through the same helper as a command.
     let stdio_mcp = config.mcp_servers.iter().any(|server| matches!(server.transport, McpTransport::Stdio { .. }));

@@ -45,6 +45,8 @@ pub struct Server {
     conversations: Arc<Conversations>,
     /// `skills_run` is offered (`--skills-allow-exec` with a way to run).
     allows_scripts: bool,
+    /// `POST /mcp` offers `skills_run` too (`--mcp-serve-scripts`).
+    serves_scripts: bool,
     agent_stats: Arc<AgentStats>,
     skill_outcomes: Arc<SkillOutcomes>,
     /// When requests may delegate to child agents (`--multi-agent`).
@@ -68,6 +70,8 @@ pub struct ServerConfig {
     pub mcp_servers: Vec<McpServerConfig>,
     /// How long one MCP tool call may run.
     pub mcp_call_timeout: Duration,
+    /// `POST /mcp` offers `skills_run` (`--mcp-serve-scripts`).
+    pub mcp_serve_scripts: bool,
 }
 
 impl ServerConfig {
@@ -81,6 +85,7 @@ impl ServerConfig {
             artifacts: None,
             mcp_servers: Vec::new(),
             mcp_call_timeout: crate::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+            mcp_serve_scripts: false,
         }
     }
 }
@@ -208,6 +213,7 @@ impl Server {
         let installable = install_dir.is_some();
         let selected = config.skills.as_ref().map(|s| s.selected.clone()).unwrap_or_default();
         let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
+        let serves_scripts = allows_scripts && config.mcp_serve_scripts;
         let (skills_args, snapshot) = match config.skills {
             Some(skills) => {
                 let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
@@ -270,6 +276,7 @@ impl Server {
             artifacts,
             conversations,
             allows_scripts,
+            serves_scripts,
             agent_stats,
             skill_outcomes,
             multi_agent,
@@ -310,6 +317,11 @@ impl Server {
     /// Whether the model may run skill scripts.
     pub fn allows_scripts(&self) -> bool {
         self.allows_scripts
+    }
+
+    /// How `POST /mcp` runs a client's `skills_run` call, when it offers it.
+    pub fn script_runner(&self) -> Option<&Arc<ExecRuntime>> {
+        self.exec.as_ref().filter(|_| self.serves_scripts)
     }
 
     /// The skills registry, when skills are on.

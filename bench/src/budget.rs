@@ -139,6 +139,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
         artifacts: None,
         mcp_servers: Vec::new(),
         mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+        mcp_serve_scripts: false,
     };
     let server = Server::start(config).await.expect("the server starts");
     server.wait_until_loaded().await;

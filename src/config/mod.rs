@@ -65,6 +65,26 @@ pub enum Command {
     Doctor(crate::sandbox_cli::DoctorArgs),
     /// Apply a patch read from stdin, as the model's apply_patch tool does; exit 0 only when it applied.
     ApplyPatch(crate::patch_cli::ApplyPatchArgs),
+    /// The operator's MCP servers.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+/// `skillhost mcp ...`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start every configured MCP server as serve would (confined, with the same flags and config file; no model is needed), print its tools, resources and prompts, or why it did not start, and exit; non-zero when one failed.
+    List(Box<McpListArgs>),
+}
+
+/// Flags of `skillhost mcp list`: serve's, so the same config file works.
+#[derive(Debug, Args)]
+pub struct McpListArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Print JSON (the shape of GET /api/mcp) instead of text
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The command line's definition: the derived one, with a `--no-…`
@@ -74,6 +94,7 @@ pub fn command() -> clap::Command {
         .mut_subcommand("serve", sources::with_negations)
         .mut_subcommand("chat", sources::with_negations)
         .mut_subcommand("list-skills", sources::with_negations)
+        .mut_subcommand("mcp", |mcp| mcp.mut_subcommand("list", sources::with_negations))
 }
 
 /// A subcommand's settings after merging every layer, and the merged
@@ -83,9 +104,15 @@ pub fn layered<T: FromArgMatches>(
     matches: &ArgMatches,
     name: &str,
 ) -> Result<(T, sources::Merged), ConfigError> {
-    let (Some(command), Some(given)) = (root.find_subcommand(name), matches.subcommand_matches(name)) else {
-        return Err(ConfigError(format!("no subcommand {name}")));
-    };
+    // A nested subcommand is named by its path: `mcp list`.
+    let mut command = root;
+    let mut given = matches;
+    for word in name.split(' ') {
+        let (Some(inner), Some(inner_given)) = (command.find_subcommand(word), given.subcommand_matches(word)) else {
+            return Err(ConfigError(format!("no subcommand {name}")));
+        };
+        (command, given) = (inner, inner_given);
+    }
     let merged = sources::merge(command, given)?;
     let parsed = sources::parse(command, &merged)?;
     let args = T::from_arg_matches(&parsed).map_err(|err| ConfigError(err.to_string()))?;
@@ -359,6 +386,9 @@ pub struct ServeArgs {
     /// Refuse a request that declares an unmapped hosted tool with a 400, instead of leaving the tool out
     #[arg(long = "strict-hosted-tools", env = "SKILLHOST_STRICT_HOSTED_TOOLS", help_heading = MCP)]
     pub strict_hosted_tools: bool,
+    /// Offer skills_run to clients of POST /mcp: a client names a skill's script and it runs in the sandbox, as the model's call would (needs --skills-allow-exec)
+    #[arg(long = "mcp-serve-scripts", env = "SKILLHOST_MCP_SERVE_SCRIPTS", help_heading = MCP)]
+    pub mcp_serve_scripts: bool,
     /// Seconds one MCP tool call may run [default: 60]
     #[arg(long = "mcp-call-timeout", env = "SKILLHOST_MCP_CALL_TIMEOUT", help_heading = MCP)]
     pub mcp_call_timeout: Option<u64>,
@@ -546,6 +576,8 @@ pub struct ServeConfig {
     pub mcp_call_timeout: std::time::Duration,
     /// `--hosted-tool` and `--strict-hosted-tools`.
     pub hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
+    /// `--mcp-serve-scripts`: `POST /mcp` offers `skills_run`.
+    pub mcp_serve_scripts: bool,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -729,6 +761,16 @@ impl ServeArgs {
     /// Validates the merged settings (see [`sources`]). Nothing is loaded
     /// yet, so a bad value fails before the model is read.
     pub fn resolve(self) -> Result<ServeConfig, ConfigError> {
+        self.resolve_with(true)
+    }
+
+    /// The settings for a command that loads no model (`mcp list`): every
+    /// check of `resolve`, but a missing model is no error.
+    pub fn resolve_without_model(self) -> Result<ServeConfig, ConfigError> {
+        self.resolve_with(false)
+    }
+
+    fn resolve_with(self, needs_model: bool) -> Result<ServeConfig, ConfigError> {
         let state_dir = self.state_dir()?;
         let retention = Retention {
             max_age: match self.state_max_age {
@@ -769,11 +811,12 @@ impl ServeArgs {
                 ))
             }
             (None, Some(_)) => PathBuf::new(),
+            (None, None) if !needs_model => PathBuf::new(),
             (model, None) => model.ok_or_else(|| {
                 ConfigError("no model given: pass --model PATH or --upstream URL (or set 'model' or 'upstreams' in a --config file)".into())
             })?,
         };
-        if remote.is_none() && !model.is_file() {
+        if remote.is_none() && !model.is_file() && (needs_model || !model.as_os_str().is_empty()) {
             return Err(ConfigError(format!(
                 "--model: the model file {} does not exist (run `make model` for the default model)",
                 model.display()
@@ -942,6 +985,13 @@ impl ServeArgs {
             Some(seconds) => std::time::Duration::from_secs(seconds),
             None => skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
         };
+        // Serving scripts is a second grant on top of the model's: the
+        // operator who gives it has given the first.
+        if self.mcp_serve_scripts && !self.skills_allow_exec {
+            return Err(ConfigError(
+                "--mcp-serve-scripts offers skills_run to MCP clients, which needs --skills-allow-exec as well".into(),
+            ));
+        }
         let names: Vec<String> = mcp_servers.iter().map(|server| server.name.clone()).collect();
         let hosted = skillhost_actors::tools::mcp::hosted::HostedTools::parse(
             &self.hosted_tool,
@@ -981,6 +1031,7 @@ impl ServeArgs {
             mcp_servers,
             mcp_call_timeout,
             hosted,
+            mcp_serve_scripts: self.mcp_serve_scripts,
         })
     }
 
@@ -1231,6 +1282,7 @@ mod tests {
                 mcp_servers: Vec::new(),
                 mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
                 hosted: Default::default(),
+                mcp_serve_scripts: false,
             }
         );
     }
@@ -1684,6 +1736,11 @@ skills-watch: true
         ]);
         assert!(twice.unwrap_err().0.contains("'time' is configured twice"));
         assert!(from_args(&["--model", &model, "--mcp-call-timeout", "0"]).is_err());
+        // Serving scripts to MCP clients needs the model's grant first.
+        let alone = from_args(&["--model", &model, "--mcp-serve-scripts"]).unwrap_err().0;
+        assert!(alone.contains("needs --skills-allow-exec"), "{alone}");
+        let both = from_args(&["--model", &model, "--mcp-serve-scripts", "--skills-allow-exec"]).unwrap();
+        assert!(both.mcp_serve_scripts);
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub(super) async fn ask(harness: &Harness, content: &str) -> Value {
     test::call_and_read_body_json(&app, request).await
 }
 
-fn workspaces(base: &Path) -> usize {
+pub(super) fn workspaces(base: &Path) -> usize {
     std::fs::read_dir(base.join("workspaces")).unwrap().count()
 }
 
@@ -237,7 +237,7 @@ async fn a_client_that_leaves_mid_command_takes_its_workspace_along() {
 }
 
 /// A skill whose scripts report what they were given and where they ran.
-fn echo_skill(base: &Path) -> PathBuf {
+pub(super) fn echo_skill(base: &Path) -> PathBuf {
     let skills = base.join("skills");
     let skill = skills.join("echo-args");
     std::fs::create_dir_all(skill.join("scripts")).unwrap();

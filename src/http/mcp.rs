@@ -9,6 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::path_guard;
+use skillhost_actors::sandbox::ExecRuntime;
 use skillhost_actors::skills::{Skill, Snapshot};
 use skillhost_actors::tools::skills::{self as skill_tools, ToolContext};
 use skillhost_actors::tools::Tool;
@@ -48,6 +49,8 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
+/// In JSON-RPC's range for a server's own errors: at capacity, retry.
+const SERVER_BUSY: i64 = -32000;
 
 fn rpc_error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
@@ -95,15 +98,32 @@ pub async fn serve(state: web::Data<AppState>, request: HttpRequest, payload: we
         return HttpResponse::BadRequest().json(rpc_error(&id, INVALID_REQUEST, "a request needs a method"));
     };
     let params = fields.get("params").cloned().unwrap_or(Value::Null);
-    let skills = state.server.skills().map(|skills| skills.snapshot());
-    let answer = match skills {
-        Some(snapshot) => {
+    let snapshot = state.server.skills().map_or_else(|| Arc::new(Snapshot::default()), |skills| skills.snapshot());
+    let runner = state.server.script_runner().cloned();
+    let answer = match (method, runner) {
+        // A script runs in the sandbox, asynchronously; everything else is
+        // a read of the registry.
+        // A script takes an admission place, as a turn does: clients of
+        // this route cannot run more at once than the server takes turns.
+        ("tools/call", Some(exec)) if params.get("name").and_then(Value::as_str) == Some("skills_run") => {
+            let _permit = match state.admission.admit() {
+                Ok(permit) => permit,
+                Err(refused) => {
+                    let retry = crate::http::access::RETRY_AFTER_SECONDS.to_string();
+                    return HttpResponse::ServiceUnavailable()
+                        .insert_header((actix_web::http::header::RETRY_AFTER, retry))
+                        .json(rpc_error(&id, SERVER_BUSY, refused.to_string()));
+                }
+            };
+            run_script(&exec, &params, &snapshot).await
+        }
+        (_, runner) => {
             let method = method.to_string();
-            tokio::task::spawn_blocking(move || answer(&method, &params, &snapshot))
+            let scripts = runner.is_some();
+            tokio::task::spawn_blocking(move || answer(&method, &params, &snapshot, scripts))
                 .await
                 .unwrap_or_else(|_| Err((INVALID_REQUEST, "the request failed".to_string())))
         }
-        None => answer(method, &params, &Arc::new(Snapshot::default())),
     };
     HttpResponse::Ok().json(match answer {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -113,7 +133,8 @@ pub async fn serve(state: web::Data<AppState>, request: HttpRequest, payload: we
 
 type Answer = Result<Value, (i64, String)>;
 
-fn answer(method: &str, params: &Value, snapshot: &Arc<Snapshot>) -> Answer {
+/// Answers one request; `scripts` when `skills_run` is offered.
+fn answer(method: &str, params: &Value, snapshot: &Arc<Snapshot>, scripts: bool) -> Answer {
     match method {
         "initialize" => {
             let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
@@ -130,8 +151,8 @@ fn answer(method: &str, params: &Value, snapshot: &Arc<Snapshot>) -> Answer {
             }))
         }
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(json!({"tools": tool_declarations(snapshot)})),
-        "tools/call" => call_tool(params, snapshot),
+        "tools/list" => Ok(json!({"tools": tool_declarations(snapshot, scripts)})),
+        "tools/call" => call_tool(params, snapshot, scripts),
         "resources/list" => Ok(json!({"resources": resource_list(snapshot)})),
         "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
         "resources/read" => read_resource(params, snapshot),
@@ -149,41 +170,58 @@ fn answer(method: &str, params: &Value, snapshot: &Arc<Snapshot>) -> Answer {
 }
 
 /// Every registered skill, for the plain tools.
-fn context(snapshot: &Arc<Snapshot>) -> ToolContext {
+fn context(snapshot: &Arc<Snapshot>, scripts: bool) -> ToolContext {
     ToolContext {
         snapshot: Arc::clone(snapshot),
         reachable: snapshot.skills.keys().cloned().collect(),
-        allow_exec: false,
+        allow_exec: scripts,
     }
 }
 
-fn tool_declarations(snapshot: &Arc<Snapshot>) -> Vec<Value> {
-    let context = context(snapshot);
-    skill_tools::declarations(false, &context.reachable)
+fn tool_declarations(snapshot: &Arc<Snapshot>, scripts: bool) -> Vec<Value> {
+    let context = context(snapshot, scripts);
+    skill_tools::declarations(scripts, &context.reachable)
         .into_iter()
         .map(|tool| json!({"name": tool.name, "description": tool.description, "inputSchema": tool.parameters}))
         .collect()
 }
 
-fn call_tool(params: &Value, snapshot: &Arc<Snapshot>) -> Answer {
+fn call_tool(params: &Value, snapshot: &Arc<Snapshot>, scripts: bool) -> Answer {
+    let call = tool_call(params, scripts)?;
+    let tool = Tool::from_name(&call.name).unwrap_or(Tool::SkillsList);
+    Ok(tool_result(&skill_tools::answer(&context(snapshot, scripts), tool, &call)))
+}
+
+/// A `tools/call` request as the call our tools answer, when it names one
+/// this server offers.
+fn tool_call(params: &Value, scripts: bool) -> Result<skillhost_engine::ToolCall, (i64, String)> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-    let tool = match Tool::from_name(name) {
-        Some(tool @ (Tool::SkillsList | Tool::SkillsRead)) => tool,
-        _ => {
-            return Err((
-                INVALID_PARAMS,
-                format!("there is no tool called '{name}'; the tools are skills_list and skills_read"),
-            ))
-        }
+    let offered = match Tool::from_name(name) {
+        Some(Tool::SkillsList | Tool::SkillsRead) => true,
+        Some(Tool::SkillsRun) => scripts,
+        _ => false,
     };
+    if !offered {
+        let tools = if scripts { "skills_list, skills_read and skills_run" } else { "skills_list and skills_read" };
+        return Err((INVALID_PARAMS, format!("there is no tool called '{name}'; the tools are {tools}")));
+    }
     let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
     if !arguments.is_object() {
         return Err((INVALID_PARAMS, "arguments must be an object".into()));
     }
-    let call =
-        skillhost_engine::ToolCall { id: "mcp".into(), name: name.to_string(), arguments: arguments.to_string() };
-    let answer = skill_tools::answer(&context(snapshot), tool, &call);
-    Ok(json!({"content": [{"type": "text", "text": answer.text}], "isError": !answer.ok}))
+    Ok(skillhost_engine::ToolCall { id: "mcp".into(), name: name.to_string(), arguments: arguments.to_string() })
+}
+
+fn tool_result(answer: &skillhost_actors::tools::Answer) -> Value {
+    json!({"content": [{"type": "text", "text": answer.text}], "isError": !answer.ok})
+}
+
+/// `skills_run` for an MCP client: the checks the model's call gets, then a
+/// scratch folder and sandbox of its own (`--mcp-serve-scripts`).
+async fn run_script(exec: &Arc<ExecRuntime>, params: &Value, snapshot: &Arc<Snapshot>) -> Answer {
+    let call = tool_call(params, true)?;
+    let answer = skillhost_actors::tools::skills_run::run_detached(exec, &context(snapshot, true), &call).await;
+    Ok(tool_result(&answer))
 }
 
 fn skill_uri(skill: &Skill, path: &str) -> String {
@@ -282,4 +320,54 @@ fn manifest(skill: &Skill) -> Value {
         Value::Array(files)
     };
     json!({"uri": skill_uri(skill, "SKILL.md"), "frontmatter": frontmatter, "resources": resources})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skillhost_actors::skills::registry::scan;
+    use skillhost_actors::skills::{Origin, Root};
+
+    const SKILL_MD: &str = "---\nname: big\ndescription: Holds a large file.\n---\n# Big\n";
+
+    /// A registry of one skill, `big`, whose `data.bin` has `size` bytes.
+    fn skill_with_file(size: u64) -> (tempfile::TempDir, Arc<Snapshot>) {
+        let root = tempfile::tempdir().unwrap();
+        let skill = root.path().join("big");
+        std::fs::create_dir(&skill).unwrap();
+        std::fs::write(skill.join("SKILL.md"), SKILL_MD).unwrap();
+        std::fs::File::create(skill.join("data.bin")).unwrap().set_len(size).unwrap();
+        let snapshot = scan(&[Root { path: root.path().to_path_buf(), origin: Origin::Discovered }]);
+        assert!(snapshot.get("big").is_some(), "{:?}", snapshot.errors);
+        (root, Arc::new(snapshot))
+    }
+
+    fn read(snapshot: &Arc<Snapshot>) -> Answer {
+        answer("resources/read", &json!({"uri": "skill://big/data.bin"}), snapshot, false)
+    }
+
+    #[test]
+    fn a_resource_is_read_up_to_its_limit_and_refused_one_byte_past() {
+        let (_root, at) = skill_with_file(MAX_RESOURCE_BYTES);
+        let contents = &read(&at).unwrap()["contents"][0];
+        // Zero bytes are text to UTF-8: all of them came back.
+        assert_eq!(contents["text"].as_str().unwrap().len() as u64, MAX_RESOURCE_BYTES);
+        let (_root, past) = skill_with_file(MAX_RESOURCE_BYTES + 1);
+        let (code, message) = read(&past).unwrap_err();
+        assert_eq!(code, INVALID_PARAMS);
+        assert!(message.contains(&format!("is {} bytes, more than the {MAX_RESOURCE_BYTES}", MAX_RESOURCE_BYTES + 1)));
+    }
+
+    #[test]
+    fn a_skill_is_listed_with_digests_up_to_its_limit_and_as_dynamic_past_it() {
+        let skill_md = SKILL_MD.len() as u64;
+        let (_root, at) = skill_with_file(MAX_DIGESTED_SKILL_BYTES - skill_md);
+        assert_eq!(at.get("big").unwrap().bytes, MAX_DIGESTED_SKILL_BYTES);
+        let listed = manifest(at.get("big").unwrap());
+        let files = listed["resources"].as_array().unwrap();
+        assert_eq!(files.len(), 2);
+        assert!(files.iter().all(|file| file["digest"].as_str().unwrap().starts_with("sha256:")));
+        let (_root, past) = skill_with_file(MAX_DIGESTED_SKILL_BYTES - skill_md + 1);
+        assert_eq!(manifest(past.get("big").unwrap())["resources"], "dynamic");
+    }
 }

@@ -12,9 +12,11 @@ use serde_json::{json, Value};
 use skillhost_actors::sandbox::launch::SandboxMode;
 use skillhost_actors::tools::mcp::config::{self, McpServerConfig};
 
-use crate::http::code_tests::{call, code_settings, start, Harness};
+use crate::http::access::Admission;
+use crate::http::code_tests::{call, code_settings, echo_skill, start, workspaces, Harness};
 use crate::http::configure;
 use crate::http::test_server::TestServer;
+use skillhost_actors::chat_loop::LoopSettings;
 
 /// The test servers, copied where the sandbox user can read them (the
 /// checkout may sit under a home folder it cannot enter).
@@ -34,14 +36,22 @@ fn servers_dir() -> tempfile::TempDir {
         .status()
         .unwrap();
     assert!(copied.success());
+    // server-filesystem's one allowed folder.
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("notes.txt"), "read through server-filesystem\n").unwrap();
+    std::fs::set_permissions(&docs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(docs.join("notes.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     dir
 }
 
 /// `{"mcpServers": ...}` read as `--mcp-config` reads it.
 fn servers(dir: &Path, names: &[&str]) -> Vec<McpServerConfig> {
     let everything = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let files = dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
     let mut all = json!({
         "everything": {"command": "node", "args": [everything, "stdio"], "read": [dir]},
+        "files": {"command": "node", "args": [files, dir.join("docs")], "read": [dir]},
         "rogue": {"command": "/usr/bin/python3", "args": [dir.join("rogue.py")], "read": [dir]},
     });
     all.as_object_mut().unwrap().retain(|name, _| names.contains(&name.as_str()));
@@ -105,6 +115,31 @@ async fn a_call_to_server_everything_is_answered_in_the_loop_and_counted() {
         |tool: &str| counts.iter().find(|(s, t, _, _)| s == "everything" && t == tool).map(|r| (r.2.as_str(), r.3));
     assert_eq!(row("echo"), Some(("ok", 1)));
     assert_eq!(row("get-env"), Some(("ok", 1)));
+}
+
+#[actix_web::test]
+async fn server_filesystem_reads_its_folder_and_the_sandbox_refuses_its_writes() {
+    let dir = servers_dir();
+    let docs = dir.path().join("docs");
+    let outputs = vec![
+        call("mcp__files__read_text_file", json!({"path": docs.join("notes.txt")})),
+        // The server allows writes in its folder; the sandbox does not (the
+        // operator listed it under `read`).
+        call("mcp__files__write_file", json!({"path": docs.join("new.txt"), "content": "x"})),
+        // Outside its folder, the server itself refuses.
+        call("mcp__files__read_text_file", json!({"path": "/etc/hostname"})),
+        "Done.".to_string(),
+    ];
+    let harness = harness(outputs, dir.path(), &["files"], Duration::from_secs(60)).await;
+    ask(&harness, "Read the notes.").await;
+    assert!(prompt(&harness, 1).contains("read through server-filesystem"), "{}", prompt(&harness, 1));
+    let write = prompt(&harness, 2);
+    // How the refusal reads depends on how the host confines (a read-only
+    // mount, or Landlock); either way nothing was written.
+    assert!(["EROFS", "EACCES", "EPERM"].iter().any(|code| write.contains(code)), "{write}");
+    assert!(!docs.join("new.txt").exists(), "a confined MCP server wrote into a read-only folder");
+    let outside = prompt(&harness, 3);
+    assert!(outside.contains("outside allowed directories"), "{outside}");
 }
 
 #[actix_web::test]
@@ -210,6 +245,9 @@ async fn a_loaded_skill_limits_mcp_tools_and_requests_narrow_the_servers() {
     ask(&harness, "Be careful.").await;
     assert!(prompt(&harness, 2).contains("mcp__rogue__escape is not allowed"), "{}", prompt(&harness, 2));
     assert!(prompt(&harness, 3).contains("the rogue server's shell"));
+    // The call its list named counts for the skill; the refused one not.
+    let counts = harness.state.server.skill_outcomes().of("careful")[0].1;
+    assert_eq!((counts.read, counts.mcp_calls), (1, 1));
     // `mcp_servers: []` offers none of them; an unknown name is a 400.
     let (status, _) = post(&harness, json!({"messages": [{"role": "user", "content": "x"}], "mcp_servers": []})).await;
     assert_eq!(status, 200);
@@ -308,4 +346,69 @@ async fn a_mapped_hosted_tool_is_its_mcp_tool_and_strict_servers_refuse_the_rest
         message.contains("built-in tool 'file_search'") && message.contains("--hosted-tool file_search="),
         "{message}"
     );
+}
+
+/// One JSON-RPC request to `POST /mcp`.
+async fn rpc(harness: &Harness, method: &str, params: Value) -> Value {
+    let app = test::init_service(App::new().app_data(harness.state.clone()).configure(configure)).await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let request = test::TestRequest::post().uri("/mcp").set_json(body).to_request();
+    test::call_and_read_body_json(&app, request).await
+}
+
+#[actix_web::test]
+async fn mcp_clients_run_skill_scripts_in_the_sandbox_only_when_the_operator_serves_them() {
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let skills = echo_skill(base.path());
+    let settings = LoopSettings { allow_exec: true, ..code_settings() };
+    let names = |list: &Value| -> Vec<String> {
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    let run = json!({"name": "skills_run", "arguments": {"skill": "echo-args", "path": "scripts/show.py", "args": ["a b", "$(id)"]}});
+
+    // The model may run scripts, but MCP clients are not offered them.
+    let model_only = TestServer::scripted(Vec::<String>::new()).sandbox(false).skills_root(&skills).settings(settings);
+    let harness = start(model_only).await;
+    assert_eq!(names(&rpc(&harness, "tools/list", json!({})).await), ["skills_list", "skills_read"]);
+    let refused = rpc(&harness, "tools/call", run.clone()).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("the tools are skills_list and skills_read"));
+
+    // Served: the script runs confined in a scratch folder of its own,
+    // which is gone after the call, with its arguments as data.
+    let served = TestServer::scripted(Vec::<String>::new())
+        .sandbox(false)
+        .skills_root(&skills)
+        .settings(settings)
+        .admission(Admission::new(1, 0))
+        .mcp_serve_scripts();
+    let harness = start(served).await;
+    assert_eq!(names(&rpc(&harness, "tools/list", json!({})).await), ["skills_list", "skills_read", "skills_run"]);
+    let ran = rpc(&harness, "tools/call", run).await;
+    let text = ran["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert!(text.contains(r#"["a b", "$(id)"]"#) && text.contains("own folder: read-only"), "{text}");
+    assert!(text.contains("cwd holds: ['.tmp', 'made.txt']"), "{text}");
+    assert_eq!(workspaces(harness.base.path()), 0, "the scratch folder outlived the call");
+    // Refusals are results the client reads, as the model would.
+    let outside = json!({"name": "skills_run", "arguments": {"skill": "echo-args", "path": "../../etc/passwd.py"}});
+    let outside = rpc(&harness, "tools/call", outside).await;
+    assert_eq!(outside["result"]["isError"], true, "{outside}");
+    assert!(outside["result"]["content"][0]["text"].as_str().unwrap().contains("climbs out of the skill folder"));
+    let denied = json!({"name": "skills_run", "arguments": {"skill": "echo-args", "path": "scripts/write-etc.sh"}});
+    let denied = rpc(&harness, "tools/call", denied).await;
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert!(!Path::new("/etc/skillhost-denied-by-a-script").exists(), "a script wrote outside the sandbox");
+    let bad = rpc(&harness, "tools/call", json!({"name": "skills_run", "arguments": "[1]"})).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    // A script holds an admission place as a turn does: with every place
+    // taken it is refused with a retry, and runs once one is free.
+    let turn = harness.state.admission.admit().unwrap();
+    let again = json!({"name": "skills_run", "arguments": {"skill": "echo-args", "path": "scripts/show.py"}});
+    let busy = rpc(&harness, "tools/call", again.clone()).await;
+    assert_eq!(busy["error"]["code"], -32000, "{busy}");
+    assert!(busy["error"]["message"].as_str().unwrap().contains("at capacity"), "{busy}");
+    drop(turn);
+    assert_eq!(rpc(&harness, "tools/call", again).await["result"]["isError"], false);
 }

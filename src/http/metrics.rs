@@ -50,7 +50,7 @@ impl SkillMetrics {
             events: IntCounterVec::new(
                 Opts::new(
                     "skill_events_total",
-                    "Times each skill was advertised in a prompt, read (its SKILL.md) or run (a script), by surface.",
+                    "Times each skill was advertised in a prompt, read (its SKILL.md), run (a script) or had an MCP tool it names called (mcp_call), by surface.",
                 ),
                 &["skill", "event", "surface"],
             )?,
@@ -70,7 +70,12 @@ impl SkillMetrics {
     fn update(&self, table: &SkillOutcomes) {
         for (skill, surface, counts) in table.all() {
             let surface = surface.as_str();
-            for (event, value) in [("advertised", counts.advertised), ("read", counts.read), ("run", counts.run)] {
+            for (event, value) in [
+                ("advertised", counts.advertised),
+                ("read", counts.read),
+                ("run", counts.run),
+                ("mcp_call", counts.mcp_calls),
+            ] {
                 raise(&self.events.with_label_values(&[skill.as_str(), event, surface]), value);
             }
             for outcome in Outcome::ALL {

@@ -88,7 +88,12 @@ fn outcomes_json(state: &AppState, id: &str) -> Value {
     let mut total = Counts::default();
     let mut by_surface = serde_json::Map::new();
     let counts_json = |counts: &Counts| {
-        let mut object = json!({"advertised": counts.advertised, "read": counts.read, "run": counts.run});
+        let mut object = json!({
+            "advertised": counts.advertised,
+            "read": counts.read,
+            "run": counts.run,
+            "mcp_calls": counts.mcp_calls,
+        });
         for outcome in Outcome::ALL {
             object[outcome.as_str()] = json!(counts.outcome(outcome));
         }
@@ -98,6 +103,7 @@ fn outcomes_json(state: &AppState, id: &str) -> Value {
         total.advertised += counts.advertised;
         total.read += counts.read;
         total.run += counts.run;
+        total.mcp_calls += counts.mcp_calls;
         for (sum, value) in total.outcomes.iter_mut().zip(counts.outcomes) {
             *sum += value;
         }

@@ -94,6 +94,7 @@ pub(crate) struct TestServer {
     max_attachment_bytes: u64,
     mcp: Vec<McpServerConfig>,
     mcp_call_timeout: Duration,
+    mcp_serve_scripts: bool,
     hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
 }
 
@@ -148,6 +149,7 @@ impl TestServer {
             max_attachment_bytes: skillhost_actors::attachments::DEFAULT_MAX_ATTACHMENT_BYTES,
             mcp: Vec::new(),
             mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
+            mcp_serve_scripts: false,
             hosted: Default::default(),
         }
     }
@@ -163,6 +165,12 @@ impl TestServer {
     pub(crate) fn mcp(mut self, servers: Vec<McpServerConfig>, call_timeout: Duration) -> Self {
         self.mcp = servers;
         self.mcp_call_timeout = call_timeout;
+        self
+    }
+
+    /// `--mcp-serve-scripts`: `POST /mcp` offers `skills_run`.
+    pub(crate) fn mcp_serve_scripts(mut self) -> Self {
+        self.mcp_serve_scripts = true;
         self
     }
 
@@ -289,6 +297,7 @@ impl TestServer {
             artifacts,
             mcp_servers: self.mcp,
             mcp_call_timeout: self.mcp_call_timeout,
+            mcp_serve_scripts: self.mcp_serve_scripts,
         };
         let server = Server::start(config).await?;
         assert!(matches!(server.wait_until_loaded().await, ModelStatus::Ready { .. }), "the model did not load");

@@ -1162,12 +1162,14 @@ function skillRow(skill) {
 }
 
 // How the skill has fared since the server started: how often it was
-// advertised, read and run, and how the turns that used it ended.
+// advertised, read and run, the MCP calls it led to, and how the turns
+// that used it ended.
 function outcomesLine(outcomes) {
   const line = el('p', 'skill-outcomes');
   const o = outcomes ?? {};
   const used = (o.answer ?? 0) + (o.error ?? 0) + (o.tool_call ?? 0) + (o.budget ?? 0) + (o.cancelled ?? 0);
   const parts = [`advertised ${o.advertised ?? 0}`, `read ${o.read ?? 0}`, `run ${o.run ?? 0}`];
+  if (o.mcp_calls) parts.push(`MCP calls ${o.mcp_calls}`);
   if (used) {
     const ended = [['answer', 'answered'], ['error', 'failed'], ['tool_call', 'ended in a client tool call'], ['budget', 'cut by a limit'], ['cancelled', 'cancelled']]
       .filter(([key]) => o[key])

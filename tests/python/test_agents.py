@@ -292,3 +292,53 @@ def test_claude_code_answers_a_tool_use_the_server_forced(greedy_server, tmp_pat
     assert uses and all(use["name"] == "Bash" for use in uses), events
     assert results and {r["tool_use_id"] for r in results} <= {use["id"] for use in uses}, events
     assert bridge.requests[:2] == ["POST /v1/messages?beta=true"] * 2, bridge.requests
+
+
+# Claude Code with skillhost as its MCP server (POST /mcp): it lists the
+# skills tools there, the scripted model calls one, and the skill's text comes
+# back as the result, through the same path guard skills_read uses.
+MCP_READ = "mcp__skillhost__skills_read"
+READ_SKILL = "Read the skill-authoring skill from skillhost's MCP server."
+SKILL_READ = "The skill came back."
+SKILL_NOT_READ = "The skill did not come back."
+
+
+def mcp_script(body):
+    messages = body["messages"]
+    results = [text_of(m) for m in messages if m["role"] == "tool"]
+    if results:
+        return say(SKILL_READ if "name: skill-authoring" in results[-1] else SKILL_NOT_READ)
+    if MCP_READ in tool_names(body):
+        return call(MCP_READ, {"skill": "skill-authoring"})
+    return say(HELLO)
+
+
+@pytest.fixture(scope="module")
+def skills_server():
+    upstream = ScriptedUpstream(mcp_script)
+    running = RunningServer(["--upstream", f"{upstream.url},mode=chat", "--skills-dir", str(ROOT / "skills")])
+    running.upstream = upstream
+    yield running
+    running.stop()
+    upstream.close()
+
+
+def test_claude_code_reads_a_skill_from_skillhost_as_its_mcp_server(skills_server, tmp_path, capsys):
+    config = {"mcpServers": {"skillhost": {"type": "http", "url": skills_server.url + "/mcp"}}}
+    bridge, result = run_claude(
+        skills_server, tmp_path, READ_SKILL, "--mcp-config", json.dumps(config), "--strict-mcp-config",
+        "--allowedTools", MCP_READ, "--output-format", "stream-json", "--verbose", "--max-turns", "3",
+    )
+    report(capsys, "claude", bridge, result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    blocks, events = stream_blocks(result.stdout)
+    uses = [block for kind, block in blocks if kind == "assistant" and block["type"] == "tool_use"]
+    results = [block for kind, block in blocks if kind == "user" and block["type"] == "tool_result"]
+    assert [(u["name"], u["input"]) for u in uses] == [(MCP_READ, {"skill": "skill-authoring"})], events
+    assert [r["tool_use_id"] for r in results] == [uses[0]["id"]] and not results[0].get("is_error"), results
+    skill_md = (ROOT / "skills" / "skill-authoring" / "SKILL.md").read_text()
+    assert skill_md.splitlines()[1] in str(results[0]["content"]), results
+    outcome = events[-1]
+    assert (outcome["type"], outcome["subtype"], outcome["result"]) == ("result", "success", SKILL_READ), outcome
+    # Claude Code spoke MCP to skillhost through the one way out it had.
+    assert "POST /mcp" in bridge.requests, bridge.requests

@@ -31,8 +31,11 @@ pub struct HelperArgs {
     /// its top (one name; a link there is refused).
     pub start_in: Option<String>,
     /// Start in this host folder instead, which the command may then read
-    /// (an MCP server's configured `cwd`).
+    /// and run from (an MCP server's configured `cwd`).
     pub cwd: Option<PathBuf>,
+    /// Folders of the operator's the command may read and run from, never
+    /// write (an MCP server's installed code, native modules included).
+    pub execute: Vec<PathBuf>,
     /// An inherited Unix socket: give the command a network of its own and
     /// send the server a listener made in it, for the install proxy.
     pub proxy_channel: Option<i32>,
@@ -113,6 +116,9 @@ impl HelperArgs {
         if let Some(folder) = &self.start_in {
             flag("--start-in", Some(OsStr::new(folder)));
         }
+        for path in &self.execute {
+            flag("--execute", Some(path.as_os_str()));
+        }
         if let Some(cwd) = &self.cwd {
             flag("--cwd", Some(cwd.as_os_str()));
         }
@@ -153,6 +159,7 @@ impl HelperArgs {
                 "--read" => parsed.read.push(PathBuf::from(value(&mut args, "--read")?)),
                 "--start-in" => parsed.start_in = Some(text(value(&mut args, "--start-in")?, "--start-in")?),
                 "--cwd" => parsed.cwd = Some(PathBuf::from(value(&mut args, "--cwd")?)),
+                "--execute" => parsed.execute.push(PathBuf::from(value(&mut args, "--execute")?)),
                 "--proxy-channel" => parsed.proxy_channel = Some(number(&mut args, "--proxy-channel")?),
                 "--uid" => parsed.uid = Some(number(&mut args, "--uid")?),
                 "--gid" => parsed.gid = Some(number(&mut args, "--gid")?),
@@ -215,6 +222,7 @@ mod tests {
             unconfined: true,
             start_in: Some("node_modules".into()),
             cwd: Some("/srv/mcp".into()),
+            execute: vec!["/srv/mcp/python".into()],
             proxy_channel: Some(7),
             uid: Some(1879048193),
             gid: Some(1879048193),
@@ -242,7 +250,7 @@ mod tests {
     fn the_rendered_line_of_a_full_command() {
         let expected = "--profile-dir /run/profiles --profile code-exec --workspace /tmp/w/abc --uid 1879048193 \
                         --gid 1879048193 --skill /skills/pdf --read /run/ca.pem --read /run/other --allow-network \
-                        --unconfined --start-in node_modules --cwd /srv/mcp --proxy-channel 7 \
+                        --unconfined --start-in node_modules --execute /srv/mcp/python --cwd /srv/mcp --proxy-channel 7 \
                         --cgroup /sys/fs/cgroup/skillhost/c1 \
                         --env PIP_TARGET=/w/.pkgs --env EMPTY= -- /bin/sh -c echo --unconfined -- x";
         let rendered: Vec<String> = full().render().iter().map(|a| a.to_string_lossy().into_owned()).collect();

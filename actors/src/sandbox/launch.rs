@@ -95,6 +95,16 @@ pub struct Run<'a> {
     pub timeout: Duration,
 }
 
+/// A service's host folders, from the operator's entry for it (an MCP
+/// server's `cwd` and `read`): its installed code, which it may read and
+/// run (a native module is mapped executable) but never write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServiceFolders<'a> {
+    /// A folder to start in.
+    pub cwd: Option<&'a Path>,
+    pub execute: &'a [PathBuf],
+}
+
 /// What a command did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Ran {
@@ -142,7 +152,7 @@ impl Launcher {
     /// command; `run-sandboxed` uses the same so operators see exactly what
     /// the tools do.
     pub fn command(&self, run: &Run<'_>) -> std::process::Command {
-        self.command_in(run, None, None, None)
+        self.command_in(run, None, None, ServiceFolders::default())
     }
 
     /// `channel`: the helper's end of the pair the installer's listener
@@ -152,7 +162,7 @@ impl Launcher {
         run: &Run<'_>,
         group: Option<&CommandGroup>,
         channel: Option<std::os::fd::RawFd>,
-        cwd: Option<&Path>,
+        folders: ServiceFolders<'_>,
     ) -> std::process::Command {
         use std::os::unix::process::CommandExt;
         let args = HelperArgs {
@@ -164,7 +174,8 @@ impl Launcher {
             allow_network: run.network,
             unconfined: run.unconfined,
             start_in: run.start_in.map(str::to_string),
-            cwd: cwd.map(Path::to_path_buf),
+            cwd: folders.cwd.map(Path::to_path_buf),
+            execute: folders.execute.to_vec(),
             proxy_channel: channel,
             uid: run.owner.map(|(uid, _)| uid),
             gid: run.owner.map(|(_, gid)| gid),
@@ -239,7 +250,8 @@ impl Launcher {
             None => None,
         };
         let channel = pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
-        let mut command = tokio::process::Command::from(self.command_in(run, group, channel, None));
+        let mut command =
+            tokio::process::Command::from(self.command_in(run, group, channel, ServiceFolders::default()));
         command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let spawned = command.spawn();
         // The helper has its own copy now; with ours closed, a helper that
@@ -323,14 +335,13 @@ impl Service {
 impl Launcher {
     /// Starts `run` through the helper with its stdin, stdout and stderr
     /// piped to the caller, in a control group of its own; `run.timeout`
-    /// does not apply (the owner decides when it stops). `cwd`: a host
-    /// folder to start in, which it may read.
-    pub fn spawn_service(&self, run: &Run<'_>, cwd: Option<&Path>) -> Result<Service, LaunchError> {
+    /// does not apply (the owner decides when it stops).
+    pub fn spawn_service(&self, run: &Run<'_>, folders: ServiceFolders<'_>) -> Result<Service, LaunchError> {
         let group = match &self.cgroups {
             Some(cgroups) => Some(cgroups.create().map_err(LaunchError::ControlGroup)?),
             None => None,
         };
-        let mut command = tokio::process::Command::from(self.command_in(run, group.as_ref(), None, cwd));
+        let mut command = tokio::process::Command::from(self.command_in(run, group.as_ref(), None, folders));
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let child = command.spawn().map_err(LaunchError::Spawn)?;
         let guard = GroupGuard(child.id().map(|id| id as i32));

@@ -25,6 +25,8 @@ pub enum SkillEvent {
     Read,
     /// One of its scripts ran (`skills_run`).
     Run,
+    /// An MCP tool its `allowed-tools` names was called while it was loaded.
+    McpCall,
 }
 
 /// How a turn that read or ran a skill ended.
@@ -63,6 +65,7 @@ pub struct Counts {
     pub advertised: u64,
     pub read: u64,
     pub run: u64,
+    pub mcp_calls: u64,
     /// Turns that read or ran the skill, by how they ended ([`Outcome::ALL`] order).
     pub outcomes: [u64; 5],
 }
@@ -101,6 +104,7 @@ impl SkillOutcomes {
                 SkillEvent::Advertised => counts.advertised += 1,
                 SkillEvent::Read => counts.read += 1,
                 SkillEvent::Run => counts.run += 1,
+                SkillEvent::McpCall => counts.mcp_calls += 1,
             });
         }
     }

@@ -12,6 +12,10 @@
 //! is refused. The skill tools that read (`skills_list`, `skills_read`) stay
 //! allowed: following a skill means reading its files.
 //!
+//! An MCP server's tools are named as the model sees them
+//! (`mcp__SERVER__TOOL`), and `mcp__SERVER` or `mcp__SERVER__*` allows all
+//! of one server's tools, as in Claude Code.
+//!
 //! With several restricting skills loaded, only what every one of them
 //! allows stays allowed: loading a skill never widens the list. A child
 //! agent starts with its parent's restrictions (`ChildSeat::allowed`).
@@ -38,6 +42,18 @@ fn names(entry: &str) -> Vec<String> {
     } else {
         ours.iter().map(|name| name.to_string()).collect()
     }
+}
+
+/// Whether one skill's named tools allow `tool`: by its name, or for an
+/// MCP tool by a whole-server entry.
+fn names_allow(named: &BTreeSet<String>, tool: &str) -> bool {
+    named.contains(tool)
+        || named.iter().any(|entry| {
+            let server = entry.strip_suffix("__*").unwrap_or(entry);
+            // `mcp__SERVER` alone; `mcp__SERVER__TOOL` is a tool, matched above.
+            server.strip_prefix("mcp__").is_some_and(|name| !name.is_empty() && !name.contains("__"))
+                && tool.strip_prefix(server).is_some_and(|rest| rest.len() > 2 && rest.starts_with("__"))
+        })
 }
 
 /// One shell pattern: the words a command starts with (`git:*`), or all of
@@ -95,6 +111,8 @@ pub struct Allowed {
     /// The loaded skills that restrict, in the order they were loaded, with
     /// their lists as written.
     skills: Vec<(String, Vec<String>)>,
+    /// Each of those skills' tool names, in the same order.
+    named: Vec<BTreeSet<String>>,
     /// The tool names every one of those lists allows.
     permitted: BTreeSet<String>,
     /// For each loaded skill that narrows the shell by pattern, its
@@ -111,9 +129,10 @@ impl Allowed {
         }
         let named: BTreeSet<String> = entries.iter().flat_map(|entry| names(entry)).collect();
         self.permitted = match self.skills.is_empty() {
-            true => named,
+            true => named.clone(),
             false => self.permitted.intersection(&named).cloned().collect(),
         };
+        self.named.push(named);
         if let Some(patterns) = shell_of(entries).filter(|p| !p.is_empty()) {
             self.shell.push(patterns);
         }
@@ -125,6 +144,12 @@ impl Allowed {
         if let Some(found) = snapshot.and_then(|s| s.get(skill)) {
             self.load(skill, &found.manifest.allowed_tools);
         }
+    }
+
+    /// The loaded skills whose lists name `tool` (or its MCP server): the
+    /// skills a call to it is counted for.
+    pub fn naming<'a>(&'a self, tool: &'a str) -> impl Iterator<Item = &'a String> {
+        self.skills.iter().zip(&self.named).filter(move |(_, named)| names_allow(named, tool)).map(|((id, _), _)| id)
     }
 
     /// Whether any loaded skill restricts the tools.
@@ -144,7 +169,7 @@ impl Allowed {
         if !self.restricts() || ALWAYS.contains(&tool) {
             return None;
         }
-        if !self.permitted.contains(tool) {
+        if !self.named.iter().all(|named| names_allow(named, tool)) {
             let mut open: Vec<&str> = ALWAYS.to_vec();
             open.extend(self.permitted.iter().map(String::as_str));
             return Some(format!(
@@ -273,5 +298,25 @@ mod tests {
         let shell = |line: &str| allowed.refusal("shell", &serde_json::json!({"command": line}).to_string());
         assert_eq!(shell("git log -3"), None);
         assert!(shell("git status").is_some());
+    }
+
+    #[test]
+    fn mcp_tools_are_allowed_by_name_or_by_their_whole_server() {
+        let mut allowed = Allowed::default();
+        allowed.load("times", &list(&["mcp__time", "mcp__everything__echo", "mcp__files__*"]));
+        for open in ["mcp__time__get_current_time", "mcp__everything__echo", "mcp__files__read_text_file"] {
+            assert_eq!(allowed.refusal(open, "{}"), None, "{open}");
+        }
+        // A server's name is not a prefix of another's, nor a tool of its own.
+        for refused in ["mcp__timer__now", "mcp__everything__add", "mcp__time__", "shell"] {
+            assert!(allowed.refusal(refused, "{}").is_some(), "{refused}");
+        }
+        // A second skill narrows the servers too, and calls are counted for
+        // the skills whose lists name them.
+        allowed.load("echo", &list(&["mcp__everything__echo", "mcp__time__get_current_time"]));
+        assert!(allowed.refusal("mcp__files__read_text_file", "{}").is_some());
+        assert_eq!(allowed.refusal("mcp__time__get_current_time", "{}"), None);
+        assert_eq!(allowed.naming("mcp__time__get_current_time").collect::<Vec<_>>(), ["times", "echo"]);
+        assert_eq!(allowed.naming("mcp__files__read_text_file").collect::<Vec<_>>(), ["times"]);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorCell, ActorRef};
+use ractor::{ActorCell, ActorRef};
 use serde_json::{Map, Value};
 use skillhost_engine::ToolCall;
 use tokio::sync::mpsc;
@@ -20,9 +20,8 @@ use crate::skills::outcomes::{SkillEvent, SkillOutcomes};
 use crate::tools::agents::AgentDesk;
 use crate::tools::allowed::Allowed;
 use crate::tools::skills::{self as skill_tools, ToolContext};
-use crate::tools::workspace_actor::{self as workspace_actor, ArtifactsFor, WorkspaceActor, WorkspaceMsg};
+use crate::tools::workspace_actor::{self as workspace_actor, ArtifactsFor, WorkspaceMsg};
 use crate::tools::{self, Answer, CodeCall, Tool, ToolError};
-use crate::workspace::Workspace;
 
 /// Skill tool calls answered per round; a model emitting more is
 /// malfunctioning, and answering them all would fill the context.
@@ -129,6 +128,10 @@ impl ToolRunner {
                     "Not run again: this call is identical to one already answered in round {round}, and nothing has changed since; its result above applies. Answer with what you have, or make a different call."
                 ))
             } else {
+                // An MCP call the loaded skills named counts for them.
+                if tool.is_none() && self.mcp.as_ref().is_some_and(|mcp| mcp.tools.contains_key(&call.name)) {
+                    self.outcomes.event(allowed.naming(&call.name), self.surface, SkillEvent::McpCall);
+                }
                 match self.answer(tool, call).await {
                     Ok(answer) => answer,
                     Err(ToolError::Model(text)) => Answer::failed(text),
@@ -295,22 +298,10 @@ impl ToolRunner {
         };
         let (workspace, scratch) = match &self.workspace {
             Some(workspace) => (workspace.clone(), false),
-            None => {
-                let base = exec.workspace_base.clone();
-                let options = exec.workspaces.clone();
-                let created = tokio::task::spawn_blocking(move || Workspace::create(&base, &options)).await;
-                let Ok(Ok(folder)) = created else {
-                    tracing::error!("cannot create a scratch folder for a skill script");
-                    return Err(ToolError::Model(
-                        "The script did not run: the server cannot create a working folder for it.".into(),
-                    ));
-                };
-                let spawned = Actor::spawn_linked(None, WorkspaceActor, folder, self.parent.clone()).await;
-                let Ok((actor, _)) = spawned else {
-                    return Err(ToolError::Model("The script did not run: its working folder did not open.".into()));
-                };
-                (actor, true)
-            }
+            None => match workspace_actor::scratch(exec, Some(self.parent.clone())).await {
+                Ok(actor) => (actor, true),
+                Err(why) => return Err(ToolError::Model(format!("The script did not run: {why}."))),
+            },
         };
         self.progress(ToolPhase::Running, &call.name, &script.path, Vec::new());
         let skill = script.skill.id().to_string();

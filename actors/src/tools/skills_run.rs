@@ -13,10 +13,13 @@ use std::time::Duration;
 
 use super::shell::format_run;
 use super::skills::{failed, named_skill, skill_parameter, text_arg, ToolContext};
-use super::{args, Answer, CodeContext, ToolError};
+use super::workspace_actor;
+use super::{args, Answer, CodeCall, CodeContext, ToolError};
 use crate::path_guard;
-use crate::sandbox::actor::{self, Job, Purpose};
+use crate::sandbox::actor::{self, Job, Purpose, SandboxActor};
+use crate::sandbox::ExecRuntime;
 use crate::skills::skill::Skill;
+use ractor::Actor;
 
 /// A skill script's deadline.
 pub const SKILLS_RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -179,6 +182,38 @@ pub async fn run(context: &mut CodeContext<'_>, script: &ScriptCall) -> Result<A
         detail: Some(path.clone()),
         ..Answer::default()
     })
+}
+
+/// Runs one `skills_run` call for a caller outside any request (an MCP
+/// client of `POST /mcp`): checked as the model's call is, then run in a
+/// scratch folder and by a sandbox actor of its own, both gone when this
+/// returns. `context` must allow scripts.
+pub async fn run_detached(exec: &ExecRuntime, context: &ToolContext, call: &ToolCall) -> Answer {
+    let script = match prepare(context, call) {
+        Ok(script) => script,
+        Err(refusal) => return *refusal,
+    };
+    let skill = script.skill.id().to_string();
+    let not_run = |why: String| failed(format!("The script did not run: {why}."), Some(&skill), Some(&script.path));
+    let workspace = match workspace_actor::scratch(exec, None).await {
+        Ok(workspace) => workspace,
+        Err(why) => return not_run(why),
+    };
+    let sandbox = match Actor::spawn(None, SandboxActor, Arc::clone(&exec.settings)).await {
+        Ok((sandbox, _)) => sandbox,
+        Err(_) => {
+            let _ = workspace.stop_and_wait(None, Some(workspace_actor::STOP_TIMEOUT)).await;
+            return not_run("the sandbox did not start".into());
+        }
+    };
+    let result = workspace_actor::call(&workspace, CodeCall::Script(script.clone()), Some(sandbox.clone()), None).await;
+    // The sandbox first, so nothing still runs in the folder being deleted.
+    let _ = sandbox.stop_and_wait(None, Some(workspace_actor::STOP_TIMEOUT)).await;
+    let _ = workspace.stop_and_wait(None, Some(workspace_actor::STOP_TIMEOUT)).await;
+    match result {
+        Ok(answer) => answer,
+        Err(ToolError::Model(text) | ToolError::Fatal(text)) => not_run(text.trim_end_matches('.').to_string()),
+    }
 }
 
 /// An argument as a shell would need it written, so the header shows where

@@ -187,3 +187,29 @@ pub async fn call(
         Ok(_) | Err(_) => Err(ToolError::workspace_gone()),
     }
 }
+
+/// A scratch folder for one call that has no workspace of its own (a skill
+/// script run outside code execution, or for an MCP client): created under
+/// `exec`'s base with its options, owned by a workspace actor linked to
+/// `parent` when given. Stopping the actor deletes the folder.
+pub async fn scratch(
+    exec: &crate::sandbox::ExecRuntime,
+    parent: Option<ractor::ActorCell>,
+) -> Result<ActorRef<WorkspaceMsg>, String> {
+    let base = exec.workspace_base.clone();
+    let options = exec.workspaces.clone();
+    let folder = match tokio::task::spawn_blocking(move || Workspace::create(&base, &options)).await {
+        Ok(Ok(folder)) => folder,
+        // The cause names host paths: logged, not told.
+        Ok(Err(err)) => {
+            tracing::error!(error = %err, "cannot create a scratch folder");
+            return Err("the server cannot create a working folder for it".into());
+        }
+        Err(_) => return Err("the server cannot create a working folder for it".into()),
+    };
+    let spawned = match parent {
+        Some(parent) => Actor::spawn_linked(None, WorkspaceActor, folder, parent).await,
+        None => Actor::spawn(None, WorkspaceActor, folder).await,
+    };
+    spawned.map(|(actor, _)| actor).map_err(|_| "its working folder did not open".to_string())
+}

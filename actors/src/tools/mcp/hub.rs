@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 use super::config::{McpServerConfig, Transport};
 use super::lines::{CappedLines, MAX_MESSAGE_BYTES};
 use super::{result, Catalog, McpSelection, TurnMcp};
-use crate::sandbox::launch::{Run, SandboxMode, Service};
+use crate::sandbox::launch::{Run, SandboxMode, Service, ServiceFolders};
 use crate::sandbox::ExecRuntime;
 use crate::tools::Answer;
 use crate::workspace::Workspace;
@@ -201,6 +201,17 @@ pub struct ServerReport {
 pub struct SkippedTool {
     pub name: String,
     pub reason: String,
+}
+
+/// The innermost cause of an error ("Connection refused (os error 111)"):
+/// the transport's own wrappers name its Rust types, which tell an operator
+/// nothing.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 /// Every configured server.
@@ -413,6 +424,8 @@ impl McpHub {
                     .await
                     .map_err(|err| err.to_string())?
                     .map_err(|err| format!("cannot make its folder: {err}"))?;
+                // What the operator listed is its code: read and run, never written.
+                let folders = ServiceFolders { cwd: cwd.as_deref(), execute: read };
                 let line: Vec<String> = std::iter::once(command.clone()).chain(args.iter().cloned()).collect();
                 let run = Run {
                     profile: "mcp",
@@ -423,13 +436,12 @@ impl McpHub {
                     unconfined,
                     command: &line,
                     env,
-                    read,
+                    read: &[],
                     start_in: None,
                     proxy: None,
                     timeout,
                 };
-                let mut service =
-                    settings.launcher.spawn_service(&run, cwd.as_deref()).map_err(|err| err.to_string())?;
+                let mut service = settings.launcher.spawn_service(&run, folders).map_err(|err| err.to_string())?;
                 let (Some(stdin), Some(stdout), Some(err_pipe)) =
                     (service.child.stdin.take(), service.child.stdout.take(), service.child.stderr.take())
                 else {
@@ -488,7 +500,26 @@ impl McpHub {
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 match tokio::time::timeout(timeout, listener.serve(transport)).await {
                     Ok(Ok(running)) => Ok(Live { service: running, process: None, stderr, flooded, failures }),
-                    Ok(Err(err)) => Err(format!("its handshake at {url} failed ({err})")),
+                    Ok(Err(err)) => {
+                        // rmcp keeps the transport's error beside, not under, its own.
+                        let why = match &err {
+                            rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+                                type HttpError =
+                                    rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
+                                let inner: &(dyn std::error::Error + 'static) = &*error.error;
+                                let client = match inner.downcast_ref::<HttpError>() {
+                                    Some(HttpError::Client(client)) => Some(client),
+                                    _ => None,
+                                };
+                                match client {
+                                    Some(client) => root_cause(client),
+                                    None => root_cause(inner),
+                                }
+                            }
+                            other => root_cause(other),
+                        };
+                        Err(format!("its handshake at {url} failed: {why}"))
+                    }
                     Err(_) => Err(format!("{url} did not answer the handshake within {} s", timeout.as_secs())),
                 }
             }
