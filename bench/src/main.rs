@@ -40,6 +40,7 @@ mod baseline;
 mod budget;
 mod exec;
 mod huge;
+mod lookup;
 mod mcp;
 mod skills;
 mod store;
@@ -338,7 +339,7 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `mcp`, `agents`, `budget`, `store`, `webui`,
+    // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `agents`, `budget`, `store`, `webui`,
     // `model`, `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -361,6 +362,10 @@ fn main() {
     if wanted("mcp") {
         println!("MCP servers:");
         mcp::run();
+        println!();
+    }
+    if wanted("lookup") {
+        lookup::run();
         println!();
     }
     if wanted("agents") {

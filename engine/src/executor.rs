@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 use crate::cells::CellLedger;
 use crate::error::EngineError;
 use crate::load::{backend, context_params, model_info, model_params};
+use crate::lookup::Lookup;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::protocol::{
     set_gauge, Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, GenerationEvent, ModelInfo,
@@ -100,6 +101,7 @@ pub(crate) fn run(
     let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok()).unwrap_or_default();
     let saved = config.prefix_cache.as_deref().and_then(|dir| SavedPrefix::new(dir, &config.model_path, &template));
     let mut executor = Executor::new(&model, ctx, n_parallel as usize, tokenizer, stats, saved);
+    executor.spec_lookup = config.spec_lookup && executor.partial_removal_ok;
     executor.restore_prefix();
     executor.run(commands);
 }
@@ -142,8 +144,12 @@ struct Active {
     prompt_text: Option<Vec<u8>>,
     /// The sampled token to feed next, with its text.
     next: Option<(LlamaToken, Vec<u8>)>,
-    /// Index in the current batch whose logits belong to this sequence.
+    /// Index in the current batch whose logits belong to this sequence;
+    /// its drafts, when it has any this step, follow it.
     logits_at: Option<i32>,
+    /// Drafting from the context (`--spec-lookup`), and this step's draft.
+    lookup: Option<Lookup>,
+    drafts: Vec<LlamaToken>,
     /// Prompt tokens this sequence put into the current batch.
     prompt_in_batch: usize,
     timings: Timings,
@@ -208,6 +214,9 @@ struct Executor<'m> {
     sharing: bool,
     /// Where the shared prefix is saved, with `--prefix-cache`.
     saved: Option<SavedPrefix>,
+    /// Generating sequences draft from their context (see `lookup`); only
+    /// where a rejected draft's cells can be dropped from the cache.
+    spec_lookup: bool,
 }
 
 impl<'m> Executor<'m> {
@@ -252,6 +261,7 @@ impl<'m> Executor<'m> {
             ledger: CellLedger::default(),
             sharing: !(model.is_recurrent() || model.is_hybrid()),
             saved,
+            spec_lookup: false,
         }
     }
 
@@ -601,6 +611,8 @@ impl<'m> Executor<'m> {
             prompt_text,
             next: None,
             logits_at: None,
+            lookup: self.spec_lookup.then(Lookup::default),
+            drafts: Vec::new(),
             prompt_in_batch: 0,
             timings: Timings { cache_n, copied_n: copied_n.min(cache_n), ..Timings::default() },
             generated: queued.generated,
@@ -662,17 +674,40 @@ impl<'m> Executor<'m> {
         self.make_room();
         self.batch.clear();
         let mut budget = BATCH_SIZE as usize;
+        // Cells no sequence needs this step: what drafts may take.
+        let generating = self.slots.iter().filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some())).count();
+        let mut spare = self
+            .n_ctx
+            .saturating_sub(self.kv_used() + generating)
+            .min(crate::lookup::MAX_STEP_TOKENS_WITH_DRAFTS.saturating_sub(generating));
         // Generating sequences first: one token each keeps every stream moving
         // while a long prompt is prefilled in chunks.
         for slot in &mut self.slots {
             let Some(active) = slot.active.as_mut() else { continue };
             active.logits_at = None;
             active.prompt_in_batch = 0;
+            active.drafts.clear();
             if let Some((token, _)) = &active.next {
                 let pos = slot.cache.len() as i32;
                 if self.batch.add(*token, pos, &[slot.seq], true).is_ok() {
                     active.logits_at = Some(self.batch.n_tokens() - 1);
                     budget -= 1;
+                    if let Some(lookup) = active.lookup.as_mut() {
+                        // Every draft kept is a token sampled: never past max_tokens.
+                        let left = active
+                            .max_tokens
+                            .map_or(usize::MAX, |max| (max as usize).saturating_sub(active.timings.predicted_n + 1));
+                        for draft in lookup.draft(slot.cache.tokens(), *token, spare.min(budget).min(left)) {
+                            let at = pos + 1 + active.drafts.len() as i32;
+                            if self.batch.add(draft, at, &[slot.seq], true).is_err() {
+                                break;
+                            }
+                            active.drafts.push(draft);
+                        }
+                        budget -= active.drafts.len();
+                        spare -= active.drafts.len();
+                        active.timings.draft_n += active.drafts.len();
+                    }
                 }
             }
         }
@@ -798,8 +833,43 @@ impl<'m> Executor<'m> {
                 }
             }
             let Some(at) = active.logits_at else { continue };
-            let token = active.sampler.sample(&self.ctx, at, self.model);
+            let drafts = std::mem::take(&mut active.drafts);
+            self.sample_drafted(index, at, &drafts);
+        }
+    }
+
+    /// Samples the sequence's next token at batch index `at` and, while each
+    /// sampled token is the draft decoded after it, the token after that
+    /// draft too: a kept draft is already in the cache. The cells of the
+    /// drafts not kept are dropped.
+    fn sample_drafted(&mut self, index: usize, at: i32, drafts: &[LlamaToken]) {
+        let mut kept = 0;
+        while let Some(active) = self.slots[index].active.as_mut() {
+            let token = active.sampler.sample(&self.ctx, at + kept as i32, self.model);
+            let drafted = drafts.get(kept) == Some(&token);
+            if drafted {
+                // Counted before `on_token`, which may end the sequence and
+                // report its timings.
+                active.timings.draft_n_accepted += 1;
+            }
             self.on_token(index, token);
+            if !drafted {
+                break;
+            }
+            let slot = &mut self.slots[index];
+            let Some((token, piece)) = slot.active.as_mut().and_then(|active| active.next.take()) else { break };
+            slot.cache.push_chunk(&[token], &piece);
+            self.ledger.add(&mut slot.cells, 1);
+            kept += 1;
+        }
+        if drafts.is_empty() {
+            return;
+        }
+        let slot = &mut self.slots[index];
+        // Past what the sequence holds now lie only drafts it did not keep.
+        let _ = self.ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(slot.cache.len() as u32), None);
+        if let Some(lookup) = slot.active.as_mut().and_then(|active| active.lookup.as_mut()) {
+            lookup.record(drafts.len(), kept);
         }
     }
 

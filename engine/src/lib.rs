@@ -31,6 +31,7 @@ mod executor;
 pub mod format;
 mod grammar;
 mod load;
+pub mod lookup;
 pub mod prefix;
 pub mod protocol;
 pub mod remote;

@@ -42,6 +42,9 @@ pub struct EngineConfig {
     pub gpu_layers: Option<u32>,
     /// Folder where the shared prefix is saved and restored across restarts.
     pub prefix_cache: Option<PathBuf>,
+    /// Generating sequences draft tokens from their own context and verify
+    /// them in the batch (`--spec-lookup`; see `lookup`).
+    pub spec_lookup: bool,
 }
 
 /// Facts about the loaded model.
@@ -100,6 +103,10 @@ pub struct Timings {
     /// Tokens generated.
     pub predicted_n: usize,
     pub predicted_ms: f64,
+    /// Tokens drafted from the context, and those of them kept (of
+    /// `predicted_n`), as llama-server reports them.
+    pub draft_n: usize,
+    pub draft_n_accepted: usize,
 }
 
 impl Timings {

@@ -234,6 +234,9 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same output
+    #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", help_heading = MODEL)]
+    pub spec_lookup: bool,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
     #[arg(long, env = "SKILLHOST_TEMPERATURE", help_heading = MODEL)]
     pub temperature: Option<f32>,
@@ -1016,6 +1019,7 @@ impl ServeArgs {
                 n_threads: threads,
                 gpu_layers: self.gpu_layers,
                 prefix_cache: self.prefix_cache,
+                spec_lookup: self.spec_lookup,
             },
             remote,
             replica_id: self.replica_id.clone(),

@@ -31,6 +31,8 @@ pub struct Metrics {
     cancelled: IntGauge,
     model_ready: IntGauge,
     batch_sequences_max: IntGauge,
+    draft_tokens: IntCounter,
+    draft_accepted_tokens: IntCounter,
     upstreams: UpstreamMetrics,
     agents: AgentMetrics,
     skills: SkillMetrics,
@@ -268,6 +270,14 @@ impl Metrics {
         let cancelled =
             IntGauge::new("cancelled_requests", "Requests the engine dropped because their client went away.")?;
         let model_ready = IntGauge::new("model_ready", "1 when a model is loaded and serving.")?;
+        let draft_tokens = IntCounter::new(
+            "draft_tokens_total",
+            "Tokens drafted from the context (--spec-lookup) and checked by the model.",
+        )?;
+        let draft_accepted_tokens = IntCounter::new(
+            "draft_accepted_tokens_total",
+            "Drafted tokens the model's own sampling kept (each one a decode step saved).",
+        )?;
         let batch_sequences_max =
             IntGauge::new("batch_sequences_max", "Most sequences the engine decoded in one batch since it started.")?;
         registry.register(Box::new(requests.clone()))?;
@@ -287,6 +297,8 @@ impl Metrics {
         registry.register(Box::new(cancelled.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
         registry.register(Box::new(batch_sequences_max.clone()))?;
+        registry.register(Box::new(draft_tokens.clone()))?;
+        registry.register(Box::new(draft_accepted_tokens.clone()))?;
         let upstreams = UpstreamMetrics::new(&registry)?;
         let agents = AgentMetrics::new(&registry)?;
         let skills = SkillMetrics::new(&registry)?;
@@ -317,6 +329,8 @@ impl Metrics {
             cancelled,
             model_ready,
             batch_sequences_max,
+            draft_tokens,
+            draft_accepted_tokens,
             upstreams,
             agents,
             skills,
@@ -330,6 +344,8 @@ impl Metrics {
         self.cached_prompt_tokens.inc_by(timings.cache_n as u64);
         self.copied_prompt_tokens.inc_by(timings.copied_n as u64);
         self.generated_tokens.inc_by(timings.predicted_n as u64);
+        self.draft_tokens.inc_by(timings.draft_n as u64);
+        self.draft_accepted_tokens.inc_by(timings.draft_n_accepted as u64);
         if timings.predicted_n > 1 {
             self.tokens_per_second.observe(timings.predicted_per_second());
         }

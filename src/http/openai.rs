@@ -629,6 +629,8 @@ pub fn timings_json(timings: &Timings) -> Value {
         "predicted_n": timings.predicted_n,
         "predicted_ms": timings.predicted_ms,
         "predicted_per_second": timings.predicted_per_second(),
+        "draft_n": timings.draft_n,
+        "draft_n_accepted": timings.draft_n_accepted,
     })
 }
 

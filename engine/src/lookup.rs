@@ -1,0 +1,176 @@
+//! Speculative decoding from the context ("prompt lookup"): no draft model.
+//! A sequence's last few tokens are looked up in what it already holds (its
+//! prompt and its output); when they occurred before, the tokens that
+//! followed them then are the draft. The executor decodes the draft with
+//! the sequence's next token in the same batch and samples each position in
+//! turn, keeping drafted tokens while the sampled token equals the draft.
+//!
+//! Sampling and comparing keeps the output exact: a draft is one fixed
+//! token, so "keep it when the sampler picks it, else take what the sampler
+//! picked" yields each token with the sampler's own probability, greedy or
+//! not (the general rule, accept with probability min(1, p/q), reduces to
+//! this when q is 1 on the drafted token).
+//!
+//! Agent turns copy a lot (a file rewritten with one change, a patch whose
+//! context lines repeat the file, a tool result quoted back), where drafts
+//! are long and mostly kept. Prose rarely repeats a 2-token run, so it is
+//! rarely drafted for; and a sequence whose drafts keep failing stops
+//! drafting for a while, doubling the pause each time, so the cost of
+//! verifying drafts that fail stays small.
+
+/// Most tokens drafted in one step for one sequence.
+pub const MAX_DRAFT: usize = 16;
+/// Tokens one step may hold with its drafts: drafts only fill a batch up
+/// to this. Checking a draft costs a decode position, nearly free while the
+/// step is small (reading the weights dominates) and a full position's
+/// compute once several sequences already share it.
+pub const MAX_STEP_TOKENS_WITH_DRAFTS: usize = 8;
+/// The draft length a sequence starts with, and returns to after a pause.
+pub const START_DRAFT: usize = 4;
+/// The longest and shortest runs looked up; a longer match is tried first,
+/// as it predicts better.
+pub const MAX_NGRAM: usize = 4;
+pub const MIN_NGRAM: usize = 2;
+/// Drafts in a row with nothing kept after which a sequence pauses.
+pub const MISSES_BEFORE_PAUSE: u32 = 4;
+/// The first pause, in steps; each pause after a failed retry doubles, up
+/// to [`MAX_PAUSE_STEPS`].
+pub const FIRST_PAUSE_STEPS: u32 = 16;
+pub const MAX_PAUSE_STEPS: u32 = 512;
+
+/// One sequence's drafting state.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// Tokens to draft next time a match is found.
+    length: usize,
+    /// Drafts in a row of which nothing was kept.
+    misses: u32,
+    /// Steps left before drafting again.
+    paused: u32,
+    /// The next pause's length.
+    next_pause: u32,
+    /// Tokens drafted and kept, for the request's timings.
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl Default for Lookup {
+    fn default() -> Self {
+        Lookup { length: START_DRAFT, misses: 0, paused: 0, next_pause: FIRST_PAUSE_STEPS, drafted: 0, accepted: 0 }
+    }
+}
+
+impl Lookup {
+    /// The draft that follows `history` then `next` (the token about to be
+    /// decoded), at most `room` tokens; empty while paused or without a
+    /// match.
+    pub fn draft<T: Copy + PartialEq>(&mut self, history: &[T], next: T, room: usize) -> Vec<T> {
+        if self.paused > 0 {
+            self.paused -= 1;
+            return Vec::new();
+        }
+        let limit = self.length.min(room);
+        if limit == 0 {
+            return Vec::new();
+        }
+        (MIN_NGRAM..=MAX_NGRAM).rev().find_map(|n| continuation(history, next, n, limit)).unwrap_or_default()
+    }
+
+    /// Takes in how a draft of `drafted` tokens fared: `accepted` of them
+    /// were kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.drafted += drafted;
+        self.accepted += accepted;
+        if accepted == drafted {
+            self.length = (self.length * 2).min(MAX_DRAFT);
+            self.misses = 0;
+            self.next_pause = FIRST_PAUSE_STEPS;
+        } else if accepted > 0 {
+            self.length = (accepted + 1).clamp(1, MAX_DRAFT);
+            self.misses = 0;
+        } else {
+            self.length = (self.length / 2).max(1);
+            self.misses += 1;
+            if self.misses >= MISSES_BEFORE_PAUSE {
+                self.paused = self.next_pause;
+                self.next_pause = (self.next_pause * 2).min(MAX_PAUSE_STEPS);
+                self.misses = 0;
+                self.length = START_DRAFT;
+            }
+        }
+    }
+}
+
+/// The up to `limit` tokens that followed the latest earlier occurrence of
+/// the last `n` tokens of `history` + `next`.
+fn continuation<T: Copy + PartialEq>(history: &[T], next: T, n: usize, limit: usize) -> Option<Vec<T>> {
+    let len = history.len() + 1;
+    if len <= n {
+        return None;
+    }
+    let at = |i: usize| if i < history.len() { history[i] } else { next };
+    let key = len - n;
+    // Latest first: the most recent repeat is the likeliest to go on. The
+    // match itself may overlap the key, but must leave a token after it.
+    (0..key).rev().find(|&start| (0..n).all(|i| at(start + i) == at(key + i))).and_then(|start| {
+        let from = start + n;
+        let end = (from + limit).min(len);
+        (from < end).then(|| (from..end).map(at).collect())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(text: &str) -> Vec<char> {
+        text.chars().collect()
+    }
+
+    #[test]
+    fn a_repeated_run_drafts_what_followed_it_last_time() {
+        let mut lookup = Lookup::default();
+        // "abcdXabc" then "d": "abcd" was seen at the start, followed by
+        // "Xabcd" (the cycle goes on), of which a fresh sequence drafts 4.
+        assert_eq!(lookup.draft(&split("abcdXabc"), 'd', 16), split("Xabc"));
+        // The latest occurrence wins over an earlier one: "ab" was followed
+        // by X, then by Y.
+        assert_eq!(lookup.draft(&split("abXabYa"), 'b', 1), split("Y"));
+        // Nothing repeats: nothing is drafted; a lone repeated token is not enough.
+        assert!(lookup.draft(&split("abcdefg"), 'h', 16).is_empty());
+        assert!(lookup.draft(&split("xay"), 'a', 16).is_empty());
+        // Room bounds the draft.
+        assert_eq!(lookup.draft(&split("abcdefab"), 'c', 2), split("de"));
+        assert!(lookup.draft(&split("abcab"), 'c', 0).is_empty());
+    }
+
+    #[test]
+    fn the_draft_grows_while_kept_and_pauses_after_misses() {
+        let mut lookup = Lookup::default();
+        lookup.record(START_DRAFT, START_DRAFT);
+        assert_eq!(lookup.length, START_DRAFT * 2);
+        for _ in 0..4 {
+            lookup.record(lookup.length, lookup.length);
+        }
+        assert_eq!(lookup.length, MAX_DRAFT);
+        lookup.record(MAX_DRAFT, 3);
+        assert_eq!(lookup.length, 4);
+        for _ in 0..MISSES_BEFORE_PAUSE {
+            lookup.record(2, 0);
+        }
+        let history = split("abcab");
+        for _ in 0..FIRST_PAUSE_STEPS {
+            assert!(lookup.draft(&history, 'c', 16).is_empty(), "paused");
+        }
+        assert_eq!(lookup.draft(&history, 'c', 16), split("abc"));
+        // Failing again pauses twice as long.
+        for _ in 0..MISSES_BEFORE_PAUSE {
+            lookup.record(2, 0);
+        }
+        assert_eq!(lookup.paused, FIRST_PAUSE_STEPS * 2);
+        assert_eq!((lookup.drafted, lookup.accepted), (4 + 8 + 16 * 3 + 16 + 2 * 8, 4 + 8 + 16 * 3 + 3));
+    }
+}
