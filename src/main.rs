@@ -22,7 +22,6 @@ mod mcp_cli;
 mod patch_cli;
 mod pdf_text;
 mod sandbox_cli;
-mod sandbox_exec;
 mod sched;
 mod setup;
 mod terminal;
@@ -32,7 +31,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::{App, HttpServer};
 use clap::FromArgMatches;
-use skillhost_actors::sandbox::helper_args::{self, HelperArgs};
 use skillhost_actors::ModelStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -71,32 +69,7 @@ const DEFAULT_LOG_FILTER: &str = "info,llama-cpp-2=warn";
 
 #[allow(clippy::print_stderr, clippy::print_stdout)]
 fn main() -> ExitCode {
-    // Inside the sandbox, before anything else (not even argument parsing):
-    // the trampoline that closes inherited descriptors and becomes the command.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if raw.get(1).is_some_and(|a| a == sandbox_exec::CLOSE_FDS_COMMAND) && raw.get(2).is_some_and(|a| a == "--") {
-        eprintln!("sandbox: {}", sandbox_exec::close_fds_and_exec(&raw[3..]));
-        return ExitCode::from(sandbox_exec::SANDBOX_FAILURE);
-    }
-    // The sandbox helper (started by the server, never by hand), before
-    // anything could start a thread: birdcage needs a single-threaded
-    // process. Its command line is `HelperArgs`, which the launcher renders.
-    if raw.get(1).is_some_and(|a| a == helper_args::SUBCOMMAND) {
-        let args = match HelperArgs::parse(raw[2..].iter().cloned()) {
-            Ok(args) => args,
-            Err(err) => {
-                eprintln!("sandbox-exec: {err}");
-                return ExitCode::from(2);
-            }
-        };
-        return match sandbox_exec::run(args) {
-            Ok(code) => ExitCode::from(code),
-            Err(err) => {
-                eprintln!("sandbox: {err}");
-                ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
-            }
-        };
-    }
     // The confined PDF reader (started by the server, never by hand), before
     // anything else: it drops root and limits itself before reading input.
     if raw.get(1).is_some_and(|a| a == pdf_text::SUBCOMMAND) {
@@ -209,7 +182,7 @@ fn run_sandboxed(args: sandbox_cli::RunSandboxedArgs) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("error: {err}");
-            ExitCode::from(sandbox_exec::SANDBOX_FAILURE)
+            ExitCode::from(skillhost_sandbox::exec::SANDBOX_FAILURE)
         }
     }
 }
@@ -288,7 +261,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
 }
 
 /// The server's own OOM priority. Commands raise theirs to
-/// [`sandbox_exec::COMMAND_OOM_SCORE_ADJ`], so when memory runs out the
+/// [`skillhost_sandbox::exec::COMMAND_OOM_SCORE_ADJ`], so when memory runs out the
 /// kernel kills a command before the server; lowering it needs root (or
 /// CAP_SYS_RESOURCE), and without it the server keeps the default.
 pub const SERVER_OOM_SCORE_ADJ: i32 = -500;

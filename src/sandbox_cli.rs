@@ -47,9 +47,9 @@ pub fn shipped_profile_dir() -> Result<OwnedDir, SandboxSetupError> {
 /// `run-sandboxed`) stops.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxSetupError {
-    /// This binary, which is also the helper, cannot be found.
-    #[error("cannot find the skillhost binary: {0}")]
-    Binary(std::io::Error),
+    /// The helper binary is not beside this one.
+    #[error("cannot find the sandbox helper {}: {source}; it is installed beside the skillhost binary", path.display())]
+    Binary { path: PathBuf, source: std::io::Error },
     #[error("cannot write the sandbox profiles: {0}")]
     Profiles(std::io::Error),
 }
@@ -165,10 +165,13 @@ pub fn own_folder(parent: &Path) -> std::io::Result<(PathBuf, OwnedDir)> {
     Ok((dir.path.clone(), dir))
 }
 
-/// The helper is this very binary. Without a profile folder, the shipped
+/// The helper binary's name; it sits beside the server's.
+pub const HELPER_BINARY: &str = "skillhost-sandbox";
+
+/// The helper beside this binary. Without a profile folder, the shipped
 /// profiles are written to one that lives as long as the returned guard.
 pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedDir>), SandboxSetupError> {
-    let helper = std::env::current_exe().map_err(SandboxSetupError::Binary)?;
+    let helper = helper_path()?;
     let (profile_dir, owned) = match profile_dir {
         Some(dir) => (dir, None),
         None => {
@@ -176,7 +179,20 @@ pub fn launcher(profile_dir: Option<PathBuf>) -> Result<(Launcher, Option<OwnedD
             (dir.path.clone(), Some(dir))
         }
     };
-    Ok((Launcher { helper, profile_dir, cgroups: None }, owned))
+    Ok((Launcher::new(helper, profile_dir, None), owned))
+}
+
+/// Where the helper is: beside this binary (the path the operator
+/// installed, never one a command could shape), checked to be a file.
+pub fn helper_path() -> Result<PathBuf, SandboxSetupError> {
+    let exe =
+        std::env::current_exe().map_err(|source| SandboxSetupError::Binary { path: HELPER_BINARY.into(), source })?;
+    let helper = exe.with_file_name(HELPER_BINARY);
+    match std::fs::metadata(&helper) {
+        Ok(meta) if meta.is_file() => Ok(helper),
+        Ok(_) => Err(SandboxSetupError::Binary { path: helper, source: std::io::Error::other("not a file") }),
+        Err(source) => Err(SandboxSetupError::Binary { path: helper, source }),
+    }
 }
 
 /// What this host gives commands beyond what the probes check.
@@ -368,10 +384,10 @@ pub struct DoctorArgs {
 
 /// Prints one line per promise; returns whether every promise holds.
 pub fn doctor(args: DoctorArgs) -> Result<(String, bool), OperatorError> {
-    let (mut launcher, _profiles) = launcher(args.sandbox_profiles)?;
+    let (launcher, _profiles) = launcher(args.sandbox_profiles)?;
     let (base, _base_guard) = own_folder(&std::env::temp_dir()).map_err(OperatorError::Scratch)?;
     let setup = host_setup(&launcher.profile_dir, args.sandbox_uid_range, args.workspace_max_bytes, None, &base);
-    launcher.cgroups = setup.cgroups.clone();
+    let launcher = launcher.with_cgroups(setup.cgroups.clone());
     let scratch = Workspace::create(&base, &setup.workspaces).map_err(OperatorError::Scratch)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OperatorError::Runtime)?;
     let mut checks = runtime.block_on(doctor::checks(&launcher, scratch.path(), scratch.owner()));

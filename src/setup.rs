@@ -128,7 +128,7 @@ pub(crate) async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, Star
     if !exec.code_exec && !config.loop_settings.allow_exec && !stdio_mcp {
         return Ok((None, None, Vec::new()));
     }
-    let (mut launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone())?;
+    let (launcher, profiles) = sandbox_cli::launcher(exec.sandbox_profiles.clone())?;
     let (base, own_folder) = sandbox_cli::own_folder(&exec.workspace_dir)
         .map_err(failed("--workspace-dir: cannot create the server's folder in", &exec.workspace_dir))?;
     let owned: Vec<sandbox_cli::OwnedDir> = profiles.into_iter().chain(std::iter::once(own_folder)).collect();
@@ -156,7 +156,7 @@ pub(crate) async fn exec_runtime(config: &ServeConfig) -> Result<ExecSetup, Star
             return Err(StartupError::Unreachable { uids: exec.uid_range, base: workspace_base, blocked });
         }
     }
-    launcher.cgroups = setup.cgroups.clone();
+    let launcher = launcher.with_cgroups(setup.cgroups.clone());
     let scratch = Workspace::create(&workspace_base, &setup.workspaces).map_err(StartupError::Scratch)?;
     let mut checks = doctor::checks(&launcher, scratch.path(), scratch.owner()).await;
     drop(scratch);

@@ -29,7 +29,7 @@ const FORBIDDEN: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// The crates whose `src/` is checked, relative to the repository root.
-const CRATES: [&str; 3] = ["actors", "engine", "."];
+const CRATES: [&str; 4] = ["actors", "engine", "sandbox", "."];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -228,4 +228,15 @@ fn the_reader_sees_grouped_and_relative_imports() {
     let found: Vec<String> = imports(code, true).into_iter().collect();
     assert_eq!(found, ["a", "b", "d", "f"]);
     assert_eq!(imports("super::f::g", false).len(), 0);
+}
+
+/// The sandbox helper starts for every command: its crate depends on no
+/// crate of the server's and on no async runtime.
+#[test]
+fn the_helper_crate_depends_on_nothing_of_the_servers() {
+    let manifest = std::fs::read_to_string(root().join("sandbox/Cargo.toml")).unwrap();
+    let dependencies = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
+    for heavy in ["skillhost-engine", "skillhost-actors", "llama-cpp", "tokio", "actix"] {
+        assert!(!dependencies.contains(heavy), "sandbox/Cargo.toml depends on {heavy}");
+    }
 }

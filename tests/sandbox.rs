@@ -15,6 +15,7 @@ use std::time::Duration;
 use skillhost_actors::sandbox::helper_args::{self, HelperArgs};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_skillhost");
+const HELPER: &str = env!("CARGO_BIN_EXE_skillhost-sandbox");
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -180,7 +181,7 @@ fn commands_never_run_as_root() {
             command: vec!["/usr/bin/true".into()],
             ..HelperArgs::default()
         };
-        let output = Command::new(BINARY).arg(helper_args::SUBCOMMAND).args(args.render()).output().unwrap();
+        let output = Command::new(HELPER).arg(helper_args::SUBCOMMAND).args(args.render()).output().unwrap();
         if unsafe_is_root() {
             assert_eq!(output.status.code(), Some(125), "{uid:?}");
             assert!(String::from_utf8_lossy(&output.stderr).contains("commands never run as root"), "{uid:?}");
@@ -225,11 +226,11 @@ fn doctor_reports_everything_confined() {
 /// command, as a server's would have.
 fn launcher_and_lease(
 ) -> (skillhost_actors::sandbox::launch::Launcher, Option<skillhost_actors::workspace::uids::UidLease>) {
-    let launcher = skillhost_actors::sandbox::launch::Launcher {
-        helper: BINARY.into(),
-        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
-        cgroups: None,
-    };
+    let launcher = skillhost_actors::sandbox::launch::Launcher::new(
+        HELPER.into(),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        None,
+    );
     let lease = unsafe_is_root().then(|| {
         let pool =
             skillhost_actors::workspace::uids::UidPool::new(skillhost_actors::workspace::uids::DEFAULT_UID_RANGE);
@@ -346,4 +347,100 @@ async fn an_unconfined_commands_setsid_child_dies_with_it() {
         .filter(|cmdline| cmdline.trim() == "sleep 9876")
         .collect();
     assert!(survivors.is_empty(), "the setsid child outlived its command: {survivors:?}");
+}
+
+/// A command taken by a helper started ahead of it (`sandbox-warm`) runs
+/// exactly as one started for it: its own uid, its own control group, no
+/// descriptor but 0-2, an empty stdin, and the helper's start is off the
+/// command's path.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_on_a_warm_helper_is_confined_as_a_cold_one() {
+    use skillhost_actors::sandbox::cgroups::{Cgroups, GroupLimits};
+    use skillhost_actors::sandbox::launch::{Run, WARM_HELPERS};
+    let setup = setup();
+    let (launcher, lease) = launcher_and_lease();
+    let limits = GroupLimits { memory_bytes: 512 * 1024 * 1024, processes: 64 };
+    let cgroups = unsafe_is_root().then(|| std::sync::Arc::new(Cgroups::detect(limits).unwrap()));
+    let launcher = launcher.with_cgroups(cgroups.clone());
+    let line = "id -u; grep -c cmd- /proc/self/cgroup; ls /proc/self/fd | wc -l; head -c 1 | wc -c";
+    let command: Vec<String> = ["/bin/bash", "-c", line].map(String::from).into();
+    let run = Run {
+        profile: "code-exec",
+        workspace: &setup.workspace,
+        owner: lease.as_ref().map(|l| (l.uid(), l.uid())),
+        skill: None,
+        network: false,
+        unconfined: false,
+        command: &command,
+        env: &[],
+        read: &[],
+        start_in: None,
+        proxy: None,
+        timeout: Duration::from_secs(30),
+    };
+    let mut outputs = Vec::new();
+    for round in 0..3 {
+        // The first round starts its own helper; later ones find one ready.
+        assert_eq!(launcher.warm_ready(), if round == 0 { 0 } else { WARM_HELPERS }, "round {round}");
+        let ran = launcher.run(&run).await.unwrap();
+        assert_eq!(ran.exit_code, Some(0), "{ran:?}");
+        outputs.push(ran.stdout);
+        for _ in 0..200 {
+            if launcher.warm_ready() == WARM_HELPERS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    let uid = lease.as_ref().map_or_else(|| unsafe { libc::geteuid() }.to_string(), |l| l.uid().to_string());
+    // v1 lists a line per controller tree the group is in, v2 one line.
+    let groups = cgroups.as_ref().map_or(0, |_| outputs[0].lines().nth(1).unwrap().parse::<usize>().unwrap());
+    assert!(cgroups.is_none() || groups >= 1, "{outputs:?}");
+    for output in &outputs {
+        assert_eq!(output, &format!("{uid}\n{groups}\n4\n0\n"), "{outputs:?}");
+    }
+}
+
+/// A warm helper reads the launcher's framed line and nothing else: a line
+/// cut short, one naming control groups or a descriptor, is refused before
+/// anything runs.
+#[test]
+fn a_warm_helper_refuses_a_line_it_cannot_take() {
+    use std::io::Write;
+    let setup = setup();
+    let base = HelperArgs {
+        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        profile: "code-exec".into(),
+        workspace: setup.workspace.clone(),
+        uid: unsafe_is_root().then_some(1879048190),
+        command: vec!["/usr/bin/echo".into(), "ran".into()],
+        ..HelperArgs::default()
+    };
+    let framed = helper_args::frame(&base.render());
+    let with_group = HelperArgs { cgroups: vec!["/sys/fs/cgroup".into()], ..base.clone() };
+    let with_channel = HelperArgs { proxy_channel: Some(3), ..base.clone() };
+    let cases: Vec<(Vec<u8>, Option<i32>, &str)> = vec![
+        (framed.clone(), Some(0), ""),
+        (framed[..framed.len() - 1].to_vec(), Some(125), "stops inside an argument"),
+        (helper_args::frame(&with_group.render()), Some(125), "takes no --cgroup or --proxy-channel"),
+        (helper_args::frame(&with_channel.render()), Some(125), "takes no --cgroup or --proxy-channel"),
+        (Vec::new(), Some(125), "no command after '--'"),
+    ];
+    for (line, code, says) in cases {
+        let mut child = Command::new(HELPER)
+            .arg(helper_args::WARM_SUBCOMMAND)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&line).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), code, "{says}: {stderr}");
+        assert!(stderr.contains(says), "{says}: {stderr}");
+        if code == Some(0) {
+            assert_eq!(String::from_utf8_lossy(&output.stdout), "ran\n");
+        }
+    }
 }

@@ -33,9 +33,9 @@ fn ms(since: Instant) -> f64 {
 pub fn run() {
     let status = Command::new("cargo").args(["build", "--release", "-p", "skillhost"]).status().expect("cargo");
     assert!(status.success(), "building the server failed");
-    let helper = std::fs::canonicalize("target/release/skillhost").expect("the server binary");
+    let helper = std::fs::canonicalize("target/release/skillhost-sandbox").expect("the sandbox helper");
     let profile_dir = std::fs::canonicalize("sandbox-profiles").expect("sandbox-profiles");
-    let plain_launcher = Launcher { helper: helper.clone(), profile_dir: profile_dir.clone(), cgroups: None };
+    let plain_launcher = Launcher::new(helper.clone(), profile_dir.clone(), None);
     // What the server adds when the host allows it: a control group per command.
     let limits = GroupLimits { memory_bytes: 4096 * 1024 * 1024, processes: 128 };
     let cgroups = match Cgroups::detect(limits) {
@@ -45,7 +45,7 @@ pub fn run() {
             None
         }
     };
-    let grouped_launcher = Launcher { helper: helper.clone(), profile_dir, cgroups: cgroups.clone() };
+    let grouped_launcher = Launcher::new(helper.clone(), profile_dir, cgroups.clone());
     let base = tempfile::tempdir().expect("tempdir");
     set_mode(base.path(), 0o711);
     // SAFETY: plain getter.
@@ -105,6 +105,18 @@ pub fn run() {
         ungrouped.push(through(&plain_launcher));
         plain.push(start(Command::new("/usr/bin/true")));
         trampolined.push(start(trampoline()));
+    }
+    if let Some(cgroups) = &cgroups {
+        let (mut made, mut removed) = (Vec::new(), Vec::new());
+        for _ in 0..STARTS {
+            let started = Instant::now();
+            let group = cgroups.create().expect("a group");
+            made.push(ms(started));
+            let started = Instant::now();
+            drop(group);
+            removed.push(ms(started));
+        }
+        println!("  a control group alone: made in {:.2} ms, removed in {:.2} ms", median(made), median(removed));
     }
     let (sandboxed, served, plain, trampolined) =
         (median(sandboxed), median(served), median(plain), median(trampolined));

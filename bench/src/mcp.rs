@@ -36,9 +36,9 @@ fn ms(since: Instant) -> f64 {
 
 /// One hub over server-everything, confined or not.
 fn hub(mode: SandboxMode, servers: &std::path::Path, base: &std::path::Path) -> Arc<McpHub> {
-    let helper = std::fs::canonicalize("target/release/skillhost").expect("the server binary");
+    let helper = std::fs::canonicalize("target/release/skillhost-sandbox").expect("the sandbox helper");
     let profile_dir = std::fs::canonicalize("sandbox-profiles").expect("sandbox-profiles");
-    let launcher = Launcher { helper, profile_dir, cgroups: None };
+    let launcher = Launcher::new(helper, profile_dir, None);
     let mut settings = ExecSettings::confined(launcher, Interpreters::detect());
     settings.mode = mode;
     // SAFETY: plain getter.

@@ -54,7 +54,7 @@ pub(crate) fn helper() -> PathBuf {
 
 fn helper_path() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
-    exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost")
+    exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost-sandbox")
 }
 
 /// The skills the scenario folders use (`tests/scenarios/skills`).
@@ -207,7 +207,7 @@ impl TestServer {
     /// a uid of their own per workspace when the tests run as root.
     pub(crate) fn sandbox(mut self, code_exec: bool) -> Self {
         let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
-        let launcher = Launcher { helper: helper(), profile_dir: profiles, cgroups: None };
+        let launcher = Launcher::new(helper(), profiles, None);
         // SAFETY: plain getter.
         let root = unsafe { libc::geteuid() } == 0;
         let workspaces = WorkspaceOptions {

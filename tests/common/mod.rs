@@ -21,6 +21,8 @@ use skillhost_actors::workspace::uids::{UidPool, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::{Workspace, WorkspaceOptions};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_skillhost");
+/// The sandbox helper the server starts for each command.
+pub const HELPER: &str = env!("CARGO_BIN_EXE_skillhost-sandbox");
 
 /// What a harness differs in.
 #[derive(Default)]
@@ -49,11 +51,11 @@ pub async fn harness(setup: Setup) -> Harness {
     assert!(is_root(), "these tests need root, as CI runs them: only a root server runs commands as other uids");
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let launcher = Launcher {
-        helper: PathBuf::from(BINARY),
-        profile_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
-        cgroups: setup.cgroups,
-    };
+    let launcher = Launcher::new(
+        PathBuf::from(HELPER),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles"),
+        setup.cgroups,
+    );
     let settings = Arc::new(ExecSettings {
         mode: setup.mode.unwrap_or(SandboxMode::Required),
         ..ExecSettings::confined(launcher, skillhost_actors::sandbox::interpreters::Interpreters::detect())

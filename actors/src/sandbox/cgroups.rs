@@ -239,22 +239,23 @@ impl Cgroups {
     /// limit is the profile's, or what is left of the sandbox memory when
     /// that is less (refused under [`MIN_COMMAND_MEMORY`]).
     pub fn create(&self) -> std::io::Result<CommandGroup> {
+        let mut group = self.prepare()?;
+        self.reserve(&mut group)?;
+        Ok(group)
+    }
+
+    /// A new group with every limit written, its memory limit the
+    /// profile's, but none of the sandbox memory reserved yet: made ahead
+    /// of its command, it holds nothing until [`Cgroups::reserve`].
+    pub fn prepare(&self) -> std::io::Result<CommandGroup> {
         let name = random_name("cmd-");
-        let (limit, reserved) = match &self.budget {
-            Some(budget) => {
-                let limit = self.limits.memory_bytes.min(budget.total().saturating_sub(budget.held()));
-                let reserved = (limit >= MIN_COMMAND_MEMORY).then(|| budget.reserve(limit)).flatten();
-                (limit, Some(reserved.ok_or_else(|| std::io::Error::other(budget.full()))?))
-            }
-            None => (self.limits.memory_bytes, None),
-        };
-        let memory = limit.to_string();
+        let memory = self.limits.memory_bytes.to_string();
         let pids = self.limits.processes.to_string();
         match &self.layout {
             Layout::V2 { parent } => {
                 let dir = parent.join(&name);
                 std::fs::create_dir(&dir)?;
-                let group = CommandGroup { dirs: vec![dir.clone()], v2: true, _reserved: reserved };
+                let group = CommandGroup { dirs: vec![dir.clone()], v2: true, _reserved: None };
                 write(&dir.join("memory.max"), &memory)?;
                 // Swap would let a command past its memory limit; the
                 // file is absent where swap accounting is off.
@@ -264,7 +265,7 @@ impl Cgroups {
                 Ok(group)
             }
             Layout::V1 { parents } => {
-                let mut group = CommandGroup { dirs: Vec::new(), v2: false, _reserved: reserved };
+                let mut group = CommandGroup { dirs: Vec::new(), v2: false, _reserved: None };
                 for parent in parents {
                     let dir = parent.join(&name);
                     std::fs::create_dir(&dir)?;
@@ -283,6 +284,31 @@ impl Cgroups {
                 Ok(group)
             }
         }
+    }
+
+    /// Reserves the group's memory from the sandbox memory as its command
+    /// starts, lowering its limit to what is left when that is less; an
+    /// error when less than [`MIN_COMMAND_MEMORY`] is left.
+    pub fn reserve(&self, group: &mut CommandGroup) -> std::io::Result<()> {
+        let Some(budget) = &self.budget else { return Ok(()) };
+        let limit = self.limits.memory_bytes.min(budget.total().saturating_sub(budget.held()));
+        let reserved = (limit >= MIN_COMMAND_MEMORY).then(|| budget.reserve(limit)).flatten();
+        group._reserved = Some(reserved.ok_or_else(|| std::io::Error::other(budget.full()))?);
+        if limit < self.limits.memory_bytes {
+            // v1 keeps memsw at or above the plain limit: lower that first.
+            for dir in &group.dirs {
+                for file in ["memory.max", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
+                    let path = dir.join(file);
+                    if path.exists() {
+                        let written = write(&path, &limit.to_string());
+                        if file != "memory.memsw.limit_in_bytes" {
+                            written?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

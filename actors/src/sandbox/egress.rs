@@ -37,9 +37,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_CONNECTIONS: usize = 16;
 /// A relay with no byte in either direction for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// The port the installer's proxy listens on inside its own namespace,
-/// where nothing else listens: the same on every install.
-pub const NAMESPACE_PORT: u16 = 3128;
+pub use skillhost_sandbox::private_net::NAMESPACE_PORT;
 
 /// The proxy's policy and counters; cheap to clone.
 #[derive(Debug, Clone)]

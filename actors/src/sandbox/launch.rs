@@ -1,9 +1,16 @@
-//! Starting `skillhost sandbox-exec` for one command and collecting what it
+//! Starting `skillhost-sandbox` for one command and collecting what it
 //! printed, within a deadline.
 //!
 //! The helper starts with a cleared environment plus an allow-list, an
 //! explicit working folder, stdin closed, and its own process group, so that
 //! a timeout or a cancelled request kills everything the command started.
+//!
+//! A command's start is on the model's path, so the launcher keeps
+//! [`WARM_HELPERS`] helpers started ahead of their commands, each already
+//! in a control group of its own (`sandbox-warm`): a command takes one and
+//! sends it its command line over stdin, and what remains to wait for is
+//! the sandbox itself. Runs with the installer's proxy, which hand the
+//! helper a descriptor at its start, start a helper of their own.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -60,14 +67,51 @@ pub enum SandboxMode {
     Off,
 }
 
+/// Helpers a launcher keeps started ahead of their commands. Two cover a
+/// turn's tool calls one after another (the next is ready while one runs)
+/// and hold two idle processes and their control groups, nothing else.
+pub const WARM_HELPERS: usize = 2;
+
 /// How to reach the helper.
 #[derive(Debug, Clone)]
 pub struct Launcher {
-    /// The `skillhost` binary.
+    /// The `skillhost-sandbox` binary.
     pub helper: PathBuf,
     pub profile_dir: PathBuf,
+    /// Dropped before `cgroups`: the groups of its helpers go first.
+    warm: Arc<WarmHelpers>,
     /// A control group per command, where the host allows them.
-    pub cgroups: Option<Arc<Cgroups>>,
+    cgroups: Option<Arc<Cgroups>>,
+}
+
+/// Helpers waiting for a command line, and how many are being started.
+#[derive(Debug, Default)]
+struct WarmHelpers {
+    state: std::sync::Mutex<Warm>,
+}
+
+#[derive(Debug, Default)]
+struct Warm {
+    ready: Vec<WarmHelper>,
+    starting: usize,
+}
+
+/// One helper in `sandbox-warm`, in its control group, waiting on stdin.
+/// Dropped unused, it is killed and reaped and its group removed.
+#[derive(Debug)]
+struct WarmHelper {
+    child: Option<std::process::Child>,
+    group: Option<CommandGroup>,
+}
+
+impl Drop for WarmHelper {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill with a negative pid signals the group it leads.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
 }
 
 /// One command to run.
@@ -148,6 +192,25 @@ async fn read_capped(mut stream: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>,
 }
 
 impl Launcher {
+    /// A launcher starting `helper`, without control groups.
+    pub fn new(helper: PathBuf, profile_dir: PathBuf, cgroups: Option<Arc<Cgroups>>) -> Launcher {
+        Launcher { helper, profile_dir, warm: Arc::default(), cgroups }
+    }
+
+    /// The same launcher with `cgroups`; helpers started warm before are let go.
+    pub fn with_cgroups(self, cgroups: Option<Arc<Cgroups>>) -> Launcher {
+        Launcher::new(self.helper, self.profile_dir, cgroups)
+    }
+
+    pub fn cgroups(&self) -> Option<&Arc<Cgroups>> {
+        self.cgroups.as_ref()
+    }
+
+    /// Helpers started ahead and waiting for a command.
+    pub fn warm_ready(&self) -> usize {
+        self.warm.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).ready.len()
+    }
+
     /// The helper's command line, environment and working folder for one
     /// command; `run-sandboxed` uses the same so operators see exactly what
     /// the tools do.
@@ -164,8 +227,18 @@ impl Launcher {
         channel: Option<std::os::fd::RawFd>,
         folders: ServiceFolders<'_>,
     ) -> std::process::Command {
-        use std::os::unix::process::CommandExt;
-        let args = HelperArgs {
+        self.spawn_command_in(&self.helper_args(run, group, channel, folders), channel)
+    }
+
+    /// What the helper is told about `run`.
+    fn helper_args(
+        &self,
+        run: &Run<'_>,
+        group: Option<&CommandGroup>,
+        channel: Option<std::os::fd::RawFd>,
+        folders: ServiceFolders<'_>,
+    ) -> HelperArgs {
+        HelperArgs {
             profile_dir: self.profile_dir.clone(),
             profile: run.profile.to_string(),
             workspace: run.workspace.to_path_buf(),
@@ -182,8 +255,12 @@ impl Launcher {
             cgroups: group.map(|group| group.dirs().to_vec()).unwrap_or_default(),
             env: run.env.to_vec(),
             command: run.command.iter().map(OsString::from).collect(),
-        };
-        let mut command = std::process::Command::new(&self.helper);
+        }
+    }
+
+    fn spawn_command_in(&self, args: &HelperArgs, channel: Option<std::os::fd::RawFd>) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut command = self.bare_command();
         command.arg(helper_args::SUBCOMMAND).args(args.render());
         if let Some(fd) = channel {
             // SAFETY: between fork and exec only fcntl runs, which is
@@ -199,6 +276,14 @@ impl Launcher {
                 });
             }
         }
+        command
+    }
+
+    /// The helper with no arguments yet: its environment, working folder,
+    /// process group and stdin, the same for every command.
+    fn bare_command(&self) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(&self.helper);
         // Nothing of the server's environment reaches a command but these.
         command.env_clear();
         for name in PASSED {
@@ -223,28 +308,136 @@ impl Launcher {
     /// [`Launcher::run`], telling `started` the process group id as soon as
     /// the helper runs, so an owner can kill the group at once if it must.
     pub async fn run_with(&self, run: &Run<'_>, started: impl FnOnce(i32)) -> Result<Ran, LaunchError> {
-        let group = match &self.cgroups {
-            Some(cgroups) => Some(cgroups.create().map_err(LaunchError::ControlGroup)?),
-            None => None,
+        let began = std::time::Instant::now();
+        // A run with the installer's proxy hands its helper a descriptor at
+        // the start, which a helper started earlier cannot have.
+        let warm = match run.proxy {
+            None => self.take_warm(run).await?,
+            Some(_) => None,
         };
-        let result = self.run_in(run, group.as_ref(), started).await;
+        let (result, group) = match warm {
+            Some((helper, group)) => {
+                let result = self.collect(run, began, helper, None, started).await;
+                (result, group)
+            }
+            None => {
+                let group = match &self.cgroups {
+                    Some(cgroups) => Some(cgroups.create().map_err(LaunchError::ControlGroup)?),
+                    None => None,
+                };
+                let result = self.run_cold(run, began, group.as_ref(), started).await;
+                (result, group)
+            }
+        };
         let out_of_memory = group.as_ref().is_some_and(CommandGroup::hit_memory_limit);
         // Removing the group kills what is left in it and waits for the
         // kernel to reap it: a short blocking wait, off the async threads.
         if let Some(group) = group {
             let _ = tokio::task::spawn_blocking(move || drop(group)).await;
         }
+        // Once the command is over, not while it runs: on a small host the
+        // next helper's start would take CPU from this command.
+        self.refill();
         result.map(|ran| Ran { out_of_memory, ..ran })
     }
 
-    async fn run_in(
+    /// A warm helper given `run`'s command line, with its group, or `None`
+    /// when none is ready (or the one taken had died): then the caller
+    /// starts one itself.
+    async fn take_warm(&self, run: &Run<'_>) -> Result<Option<(Started, Option<CommandGroup>)>, LaunchError> {
+        let taken = self.warm.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).ready.pop();
+        let Some(mut warm) = taken else { return Ok(None) };
+        if let (Some(cgroups), Some(group)) = (&self.cgroups, warm.group.as_mut()) {
+            cgroups.reserve(group).map_err(LaunchError::ControlGroup)?;
+        }
+        let Some(mut child) = warm.child.take() else { return Ok(None) };
+        let framed = helper_args::frame(&self.helper_args(run, None, None, ServiceFolders::default()).render());
+        let sent = match child.stdin.take().map(tokio::process::ChildStdin::from_std) {
+            Some(Ok(mut stdin)) => {
+                use tokio::io::AsyncWriteExt;
+                // Closing stdin ends the command line.
+                stdin.write_all(&framed).await.and(stdin.shutdown().await)
+            }
+            _ => Err(std::io::Error::other("no stdin")),
+        };
+        if sent.is_err() {
+            // It died waiting (a failed join says why in its own output,
+            // which nobody reads now): let it go and start one afresh.
+            warm.child = Some(child);
+            return Ok(None);
+        }
+        let pid = child.id() as i32;
+        let stdout = child.stdout.take().map(tokio::process::ChildStdout::from_std);
+        let stderr = child.stderr.take().map(tokio::process::ChildStderr::from_std);
+        let (Some(Ok(stdout)), Some(Ok(stderr))) = (stdout, stderr) else {
+            warm.child = Some(child);
+            return Err(LaunchError::NoPipe("stdout or stderr"));
+        };
+        // The kernel reaps it for a thread that waits; the group guard
+        // kills it at the deadline, which ends that wait.
+        let waiter = tokio::task::spawn_blocking(move || child.wait());
+        let helper = Started {
+            pid,
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            exit: Exit::Thread { waiter, status: None },
+        };
+        Ok(Some((helper, warm.group.take())))
+    }
+
+    /// Starts helpers in the background until [`WARM_HELPERS`] are ready
+    /// or starting.
+    fn refill(&self) {
+        let wanted = {
+            let mut state = self.warm.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let wanted = WARM_HELPERS.saturating_sub(state.ready.len() + state.starting);
+            state.starting += wanted;
+            wanted
+        };
+        if wanted == 0 {
+            return;
+        }
+        let launcher = self.clone();
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..wanted {
+                let started = launcher.start_warm();
+                let mut state = launcher.warm.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                state.starting -= 1;
+                match started {
+                    Ok(helper) => state.ready.push(helper),
+                    // The next command starts its own helper and reports
+                    // what fails there.
+                    Err(err) => tracing::debug!(error = %err, "cannot start a helper ahead of its command"),
+                }
+            }
+        });
+    }
+
+    /// One helper in `sandbox-warm`, joining a new control group of its own.
+    fn start_warm(&self) -> Result<WarmHelper, LaunchError> {
+        let group = match &self.cgroups {
+            Some(cgroups) => Some(cgroups.prepare().map_err(LaunchError::ControlGroup)?),
+            None => None,
+        };
+        let mut command = self.bare_command();
+        command.arg(helper_args::WARM_SUBCOMMAND);
+        for dir in group.iter().flat_map(CommandGroup::dirs) {
+            command.arg("--cgroup").arg(dir);
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = command.spawn().map_err(LaunchError::Spawn)?;
+        Ok(WarmHelper { child: Some(child), group })
+    }
+
+    /// Starts a helper for `run` now, with everything on its command line.
+    async fn run_cold(
         &self,
         run: &Run<'_>,
+        began: std::time::Instant,
         group: Option<&CommandGroup>,
         started: impl FnOnce(i32),
     ) -> Result<Ran, LaunchError> {
         use std::os::fd::AsRawFd;
-        let began = std::time::Instant::now();
         let pair = match run.proxy {
             Some(_) => Some(std::os::unix::net::UnixStream::pair().map_err(LaunchError::Channel)?),
             None => None,
@@ -258,24 +451,38 @@ impl Launcher {
         // fails before sending the listener ends the wait below at once.
         let ours = pair.map(|(ours, _theirs)| ours);
         let mut child = spawned.map_err(LaunchError::Spawn)?;
-        let guard = GroupGuard(child.id().map(|id| id as i32));
-        if let Some(pgid) = guard.0 {
-            started(pgid);
-        }
+        let pid = child.id().map(|id| id as i32).ok_or(LaunchError::NoPipe("process id"))?;
         let stdout = child.stdout.take().ok_or(LaunchError::NoPipe("stdout"))?;
         let stderr = child.stderr.take().ok_or(LaunchError::NoPipe("stderr"))?;
+        let helper = Started { pid, stdout: Box::new(stdout), stderr: Box::new(stderr), exit: Exit::Child(child) };
+        self.collect(run, began, helper, ours, started).await
+    }
+
+    /// Reads a started helper's output and waits for it until `run`'s
+    /// deadline (counted from `began`); then its process group dies.
+    async fn collect(
+        &self,
+        run: &Run<'_>,
+        began: std::time::Instant,
+        helper: Started,
+        proxy_channel: Option<std::os::unix::net::UnixStream>,
+        started: impl FnOnce(i32),
+    ) -> Result<Ran, LaunchError> {
+        let Started { pid, stdout, stderr, mut exit } = helper;
+        let guard = GroupGuard(Some(pid));
+        started(pid);
         let outputs = tokio::spawn(async move { tokio::join!(read_capped(stdout), read_capped(stderr)) });
         // The proxy serves the installer's listener until the run ends (the
         // handle drops with this function). Without one the installer finds
         // nothing to connect to, and the helper's own error says why.
         let mut serving = None;
-        if let (Some(egress), Some(ours)) = (run.proxy, ours) {
+        if let (Some(egress), Some(ours)) = (run.proxy, proxy_channel) {
             if let Ok(Ok(listener)) = tokio::time::timeout(run.timeout, super::private_net::receive(ours)).await {
                 serving = egress.serve(listener).ok();
             }
         }
         let left = run.timeout.saturating_sub(began.elapsed());
-        let (exit_code, timed_out) = match tokio::time::timeout(left, child.wait()).await {
+        let (exit_code, timed_out) = match tokio::time::timeout(left, exit.wait()).await {
             Ok(Ok(status)) => (
                 status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|s| 128 + s)),
                 false,
@@ -286,7 +493,7 @@ impl Launcher {
         // The group dies either way: a background child must not outlive its call.
         drop(guard);
         drop(serving);
-        let _ = child.wait().await;
+        let _ = exit.wait().await;
         let ((stdout, out_cut), (stderr, err_cut)) = outputs.await.map_err(LaunchError::Output)?;
         Ok(Ran {
             exit_code,
@@ -296,6 +503,40 @@ impl Launcher {
             timed_out,
             out_of_memory: false,
         })
+    }
+}
+
+/// A helper running a command: its process (the leader of its own group),
+/// its output pipes and how its end is seen.
+struct Started {
+    pid: i32,
+    stdout: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    stderr: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    exit: Exit,
+}
+
+enum Exit {
+    /// Started by this run: tokio reaps it.
+    Child(tokio::process::Child),
+    /// Started ahead (in another runtime, perhaps): a blocking thread waits.
+    Thread {
+        waiter: tokio::task::JoinHandle<std::io::Result<std::process::ExitStatus>>,
+        status: Option<std::process::ExitStatus>,
+    },
+}
+
+impl Exit {
+    /// Its exit status; safe to call again, and to drop unfinished.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Exit::Child(child) => child.wait().await,
+            Exit::Thread { status: Some(status), .. } => Ok(*status),
+            Exit::Thread { waiter, status } => {
+                let ended = waiter.await.map_err(std::io::Error::other)??;
+                *status = Some(ended);
+                Ok(ended)
+            }
+        }
     }
 }
 

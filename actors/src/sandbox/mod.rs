@@ -10,12 +10,13 @@ pub mod ca;
 pub mod cgroups;
 pub mod doctor;
 pub mod egress;
-pub mod helper_args;
 pub mod installs;
 pub mod interpreters;
 pub mod launch;
 pub mod private_net;
-pub mod profile;
+
+/// The helper's command line and the profiles, shared with the helper binary.
+pub use skillhost_sandbox::{args as helper_args, profile};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -751,10 +751,7 @@ pub(crate) mod tests {
 
     /// Settings of a host that confines commands, offline.
     pub(crate) fn settings() -> ExecSettings {
-        ExecSettings::confined(
-            Launcher { helper: "skillhost".into(), profile_dir: "profiles".into(), cgroups: None },
-            Default::default(),
-        )
+        ExecSettings::confined(Launcher::new("skillhost-sandbox".into(), "profiles".into(), None), Default::default())
     }
 
     #[test]

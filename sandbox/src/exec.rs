@@ -1,4 +1,4 @@
-//! `skillhost sandbox-exec`: the one place that enters the OS sandbox.
+//! `skillhost-sandbox sandbox-exec`: the one place that enters the OS sandbox.
 //!
 //! It runs in a fresh process started by the server (or by
 //! `run-sandboxed`), dispatched from `main` before any thread exists,
@@ -15,9 +15,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use birdcage::{Birdcage, Exception, Sandbox};
-use skillhost_actors::sandbox::helper_args::HelperArgs;
-use skillhost_actors::sandbox::private_net::PrivateNetError;
-use skillhost_actors::sandbox::profile::{Limits, Profile, ProfileError};
+
+use crate::args::{HelperArgs, HelperArgsError};
+use crate::private_net::PrivateNetError;
+use crate::profile::{Limits, Profile, ProfileError};
 
 /// A command's OOM priority, the highest: when memory runs out the kernel
 /// kills commands before anything else, the server above all.
@@ -56,6 +57,9 @@ pub enum HelperError {
     /// The installer's own network could not be made or handed over.
     #[error(transparent)]
     PrivateNetwork(#[from] PrivateNetError),
+    /// A warm helper's command line on stdin could not be read.
+    #[error("the command line on stdin: {0}")]
+    Framed(#[from] HelperArgsError),
 }
 
 /// The error of a failed step, as `map_err` takes it.
@@ -66,6 +70,55 @@ fn failed<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) ->
 
 /// Runs the command; returns the exit status to leave with.
 pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
+    join(&args.cgroups)?;
+    run_joined(args)
+}
+
+/// A helper started before its command: joins `groups` at once, then
+/// waits for its command line on stdin (framed, up to EOF) and runs it.
+///
+/// Joining a control group is the slow part of starting a command on most
+/// hosts (moving a process takes a lock that waits for an RCU grace
+/// period); done here it is over before the command is even known.
+pub fn run_warm(groups: Vec<PathBuf>) -> Result<u8, HelperError> {
+    join(&groups)?;
+    let mut framed = Vec::new();
+    // One byte past the limit tells a line at the limit from a longer one.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::io::stdin().lock(), crate::args::MAX_FRAMED_BYTES as u64 + 1),
+        &mut framed,
+    )
+    .map_err(failed("cannot read the command line"))?;
+    let args = HelperArgs::parse(crate::args::unframe(&framed)?)?;
+    // The groups were the server's to choose when this helper started; a
+    // line that names others or a descriptor (never inherited by a warm
+    // helper) is not one the launcher wrote.
+    if !args.cgroups.is_empty() || args.proxy_channel.is_some() {
+        return Err(HelperError::Refused("a warm helper takes no --cgroup or --proxy-channel on stdin".into()));
+    }
+    // The command's stdin is empty, as a cold helper's is.
+    let null = rustix::fs::open("/dev/null", rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty())
+        .map_err(failed("cannot open /dev/null"))?;
+    // SAFETY: dup2 onto descriptor 0 of this single-threaded process;
+    // `null` stays open until it returns.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } != 0 {
+        return Err(failed("cannot empty stdin")(std::io::Error::last_os_error()));
+    }
+    drop(null);
+    run_joined(args)
+}
+
+/// Joins each control group, as root, before the drop: the command cannot
+/// leave them.
+fn join(groups: &[PathBuf]) -> Result<(), HelperError> {
+    for group in groups {
+        std::fs::write(group.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(failed(format!("cannot join the control group {}", group.display())))?;
+    }
+    Ok(())
+}
+
+fn run_joined(args: HelperArgs) -> Result<u8, HelperError> {
     let profile = Profile::load(&args.profile_dir, &args.profile)?;
     // The path comes from the server (a folder it made) or the operator;
     // it is opened once, without following a link at its end, and every
@@ -83,11 +136,6 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
         rustix::fs::Mode::empty(),
     )
     .map_err(failed(format!("the working folder {} cannot be opened", workspace.display())))?;
-    for group in &args.cgroups {
-        // Joined as root, before the drop: the command cannot leave it.
-        std::fs::write(group.join("cgroup.procs"), std::process::id().to_string())
-            .map_err(failed(format!("cannot join the control group {}", group.display())))?;
-    }
     let owner = sandbox_owner(args.uid, args.gid)?;
     if let Some((uid, gid)) = owner {
         // Only the folder itself, by descriptor: never a path inside it,
@@ -110,7 +158,7 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
         // Before the drop: as root the namespace needs no user namespace.
         // SAFETY: the server passed this descriptor for this alone.
         let channel = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
-        skillhost_actors::sandbox::private_net::make_and_hand_over(channel)?;
+        crate::private_net::make_and_hand_over(channel)?;
     }
     if let Some((uid, gid)) = owner {
         drop_privileges(uid, gid)?;
@@ -184,7 +232,7 @@ pub fn run(args: HelperArgs) -> Result<u8, HelperError> {
     // birdcage leaves its own exit-status pipe open in the process it
     // starts, so it starts this binary again as a trampoline that closes
     // every descriptor above 2 and then becomes the command.
-    let trampoline = std::env::current_exe().map_err(failed("cannot find the skillhost binary"))?;
+    let trampoline = std::env::current_exe().map_err(failed("cannot find the skillhost-sandbox binary"))?;
     allow(Exception::ExecuteAndRead(trampoline.clone()))?;
     let mut command = birdcage::process::Command::new(&trampoline);
     command.arg(CLOSE_FDS_COMMAND).arg("--").arg(program).args(arguments);

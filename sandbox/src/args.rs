@@ -1,5 +1,7 @@
 //! The sandbox helper's command line, as one type: the launcher renders it
-//! and `skillhost sandbox-exec` parses it, so the two never drift apart.
+//! and `skillhost-sandbox sandbox-exec` parses it, so the two never drift
+//! apart. A warm helper (`sandbox-warm`) gets the same line on its stdin,
+//! framed by [`frame`].
 //! Parsing is strict (an unknown flag, a missing value or a bad number is an
 //! error that names it): the helper is internal, and anything but what the
 //! launcher renders means a caller to refuse.
@@ -9,6 +11,16 @@ use std::path::PathBuf;
 
 /// The subcommand that runs the helper.
 pub const SUBCOMMAND: &str = "sandbox-exec";
+
+/// The subcommand of a helper started before its command is known: it
+/// joins the control groups on its command line, then reads the rest of
+/// its command line from stdin ([`frame`]) and runs it.
+pub const WARM_SUBCOMMAND: &str = "sandbox-warm";
+
+/// The most a framed command line on a warm helper's stdin may take. The
+/// kernel caps one `execve` at about 2 MiB of arguments and environment
+/// together; twice that leaves room for the framing and refuses a runaway.
+pub const MAX_FRAMED_BYTES: usize = 4 * 1024 * 1024;
 
 /// Everything the helper is told about one command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,6 +82,59 @@ pub enum HelperArgsError {
     /// Nothing follows `--`, or there is no `--`.
     #[error("no command after '--'")]
     NoCommand,
+    /// A framed command line that stops inside an argument.
+    #[error("the command line on stdin stops inside an argument")]
+    CutShort,
+    /// A framed command line past [`MAX_FRAMED_BYTES`].
+    #[error("the command line on stdin is longer than {MAX_FRAMED_BYTES} bytes")]
+    TooLong,
+}
+
+/// A command line as bytes for a pipe: each argument as its length (4
+/// bytes, little-endian) and its bytes. Unlike `execve`'s, the framing has
+/// no terminator a value could contain.
+pub fn frame(args: &[OsString]) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for arg in args {
+        let bytes = arg.as_bytes();
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// The arguments [`frame`] wrote.
+pub fn unframe(mut bytes: &[u8]) -> Result<Vec<OsString>, HelperArgsError> {
+    use std::os::unix::ffi::OsStringExt;
+    if bytes.len() > MAX_FRAMED_BYTES {
+        return Err(HelperArgsError::TooLong);
+    }
+    let mut args = Vec::new();
+    while !bytes.is_empty() {
+        let (length, rest) = bytes.split_first_chunk::<4>().ok_or(HelperArgsError::CutShort)?;
+        let length = u32::from_le_bytes(*length) as usize;
+        if rest.len() < length {
+            return Err(HelperArgsError::CutShort);
+        }
+        let (arg, rest) = rest.split_at(length);
+        args.push(OsString::from_vec(arg.to_vec()));
+        bytes = rest;
+    }
+    Ok(args)
+}
+
+/// A warm helper's own command line: the control groups it joins.
+pub fn parse_warm(args: impl IntoIterator<Item = OsString>) -> Result<Vec<PathBuf>, HelperArgsError> {
+    let mut args = args.into_iter();
+    let mut groups = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--cgroup") => groups.push(PathBuf::from(value(&mut args, "--cgroup")?)),
+            _ => return Err(HelperArgsError::Unknown(arg.to_string_lossy().into_owned())),
+        }
+    }
+    Ok(groups)
 }
 
 /// `NAME=VALUE`, with a name a shell could export.
@@ -299,5 +364,42 @@ mod tests {
             assert_eq!(got, expected);
             assert_eq!(got.to_string(), message);
         }
+    }
+
+    #[test]
+    fn a_framed_line_comes_back_whole_with_any_bytes_in_it() {
+        use std::os::unix::ffi::OsStringExt;
+        let mut args = full().render();
+        args.push(OsString::from_vec(vec![0, b'\n', 0xff, b' ']));
+        args.push(OsString::new());
+        assert_eq!(unframe(&frame(&args)).unwrap(), args);
+        assert_eq!(HelperArgs::parse(unframe(&frame(&full().render())).unwrap()).unwrap(), full());
+    }
+
+    #[test]
+    fn a_framed_line_cut_short_or_too_long_is_refused() {
+        let framed = frame(&os(&["--profile", "code-exec"]));
+        for cut in [1, 4, framed.len() - 1] {
+            assert_eq!(unframe(&framed[..cut]), Err(HelperArgsError::CutShort), "cut at {cut}");
+        }
+        let mut claims_more = 10u32.to_le_bytes().to_vec();
+        claims_more.extend_from_slice(b"short");
+        assert_eq!(unframe(&claims_more), Err(HelperArgsError::CutShort));
+        // At the limit: one argument filling it exactly; one byte past.
+        let at = vec![OsString::from("x".repeat(MAX_FRAMED_BYTES - 4))];
+        assert_eq!(unframe(&frame(&at)).unwrap(), at);
+        let past = vec![OsString::from("x".repeat(MAX_FRAMED_BYTES - 3))];
+        assert_eq!(unframe(&frame(&past)), Err(HelperArgsError::TooLong));
+    }
+
+    #[test]
+    fn a_warm_line_carries_only_control_groups() {
+        assert_eq!(
+            parse_warm(os(&["--cgroup", "/a", "--cgroup", "/b"])).unwrap(),
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(parse_warm(os(&[])).unwrap(), Vec::<PathBuf>::new());
+        assert_eq!(parse_warm(os(&["--cgroup"])), Err(HelperArgsError::NoValue("--cgroup")));
+        assert_eq!(parse_warm(os(&["--uid", "0"])), Err(HelperArgsError::Unknown("--uid".into())));
     }
 }
