@@ -1,7 +1,8 @@
 """A soak of the real server: concurrent streaming clients on every surface
 that disconnect at random points, for a while. Afterwards nothing may be
 left behind: no 5xx, no panic in the log, no busy slot or admission place,
-no workspace, helper process or temp folder, and resident memory back near
+no workspace, working helper process (helpers started ahead of
+commands may wait) or temp folder, and resident memory back near
 its level after warm-up.
 
 `make soak` runs it for ten minutes (SOAK_MINUTES to change) and prints the
@@ -53,6 +54,37 @@ def children(pid):
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
     return found
+
+
+# Helpers the launcher starts ahead of their commands (launch.rs,
+# WARM_HELPERS); they wait on stdin with nothing of their own.
+WARM_HELPERS = 2
+
+
+def waiting_helpers(pid, found):
+    """The processes in `found` that are helpers started ahead and still
+    waiting for a command: `sandbox-warm`, a child of the server, with no
+    children of their own."""
+    waiting = set()
+    for child in found:
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent != pid or argv[1:2] != [b"sandbox-warm"]:
+            continue
+        if not children(child):
+            waiting.add(child)
+    return waiting
+
+
+def working_children(pid):
+    """Every descendant of `pid` but helpers waiting for a command, and how
+    many of those wait."""
+    found = children(pid)
+    waiting = waiting_helpers(pid, found)
+    return found - waiting, len(waiting)
 
 
 def metric(url, name):
@@ -144,7 +176,7 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
     settle_deadline = time.monotonic() + 30
     while time.monotonic() < settle_deadline:
         busy = metric(url, "skillhost_active_slots") + metric(url, "skillhost_admitted_requests")
-        if busy == 0 and not children(pid):
+        if busy == 0 and not working_children(pid)[0]:
             break
         time.sleep(0.5)
     time.sleep(1)
@@ -159,8 +191,10 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
         "active slots after": metric(url, "skillhost_active_slots"),
         "admitted after": metric(url, "skillhost_admitted_requests"),
         "queued after": metric(url, "skillhost_queued_requests"),
-        "helper processes after": len(children(pid)),
     }
+    working, waiting = working_children(pid)
+    figures["helper processes after"] = len(working)
+    figures["helpers waiting ahead"] = waiting
     text = "".join(log)
     figures["panics in log"] = text.count("panicked")
     workspaces = [p for p in Path(workspace_dir).glob("skillhost-*/workspaces/*")]
@@ -181,6 +215,8 @@ def run(url, pid, log, workspace_dir, seconds, clients, seed=7):
                 "panics in log", "workspaces not held by a conversation"):
         if figures[key]:
             problems.append(f"{key}: {figures[key]}")
+    if waiting > WARM_HELPERS:
+        problems.append(f"{waiting} helpers wait ahead of commands; the launcher keeps {WARM_HELPERS}")
     if figures["temp entries changed"]:
         problems.append("the workspace folder's entries changed")
     # Allocators keep some memory; growth past this means a leak.

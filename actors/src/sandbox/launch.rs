@@ -350,22 +350,24 @@ impl Launcher {
         if let (Some(cgroups), Some(group)) = (&self.cgroups, warm.group.as_mut()) {
             cgroups.reserve(group).map_err(LaunchError::ControlGroup)?;
         }
-        let Some(mut child) = warm.child.take() else { return Ok(None) };
+        // The child stays in `warm` until its command line is written: if
+        // this future is dropped mid-write, `warm`'s drop kills and reaps it.
+        let Some(stdin) = warm.child.as_mut().and_then(|child| child.stdin.take()) else { return Ok(None) };
         let framed = helper_args::frame(&self.helper_args(run, None, None, ServiceFolders::default()).render());
-        let sent = match child.stdin.take().map(tokio::process::ChildStdin::from_std) {
-            Some(Ok(mut stdin)) => {
+        let sent = match tokio::process::ChildStdin::from_std(stdin) {
+            Ok(mut stdin) => {
                 use tokio::io::AsyncWriteExt;
                 // Closing stdin ends the command line.
                 stdin.write_all(&framed).await.and(stdin.shutdown().await)
             }
-            _ => Err(std::io::Error::other("no stdin")),
+            Err(err) => Err(err),
         };
+        // It died waiting (a failed join says why in its own output, which
+        // nobody reads now): let it go and start one afresh.
         if sent.is_err() {
-            // It died waiting (a failed join says why in its own output,
-            // which nobody reads now): let it go and start one afresh.
-            warm.child = Some(child);
             return Ok(None);
         }
+        let Some(mut child) = warm.child.take() else { return Ok(None) };
         let pid = child.id() as i32;
         let stdout = child.stdout.take().map(tokio::process::ChildStdout::from_std);
         let stderr = child.stderr.take().map(tokio::process::ChildStderr::from_std);
