@@ -68,8 +68,9 @@ soak: deps model build $(VENV)/.installed
 	$(VENV)/bin/python tests/python/soak.py --minutes $(SOAK_MINUTES)
 
 # Side by side with llama.cpp's llama-server, built once into ~/.cache/skillhost.
-bench: deps model llama-server mcp-deps
+bench: build model llama-server mcp-deps agent-deps $(VENV)/.installed
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh) $(CARGO) run --release -p skillhost-bench
+	$(VENV)/bin/python tests/python/agent_cache.py
 
 # The install tests run the host's installer for real: Debian's pip for the
 # system Python (the one sandboxed commands use) and npm, against packages

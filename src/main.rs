@@ -15,6 +15,7 @@
 //! The actors live in `skillhost-actors`, the model in `skillhost-engine`.
 
 mod chat_cli;
+mod client_prompts;
 mod config;
 mod http;
 mod list_skills;
@@ -369,6 +370,7 @@ async fn serve(config: ServeConfig) -> Result<(), setup::StartupError> {
         max_attachment_bytes: config.max_attachment_bytes,
         pdf_reader: std::env::current_exe().ok(),
         hosted: config.hosted.clone(),
+        client_prompts: config.client_prompts.clone(),
     };
     let state = setup::app_state(server.clone(), options)?;
     // Listen first so /health answers 503 while the model loads.

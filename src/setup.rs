@@ -296,6 +296,15 @@ pub fn log_capabilities(config: &ServeConfig) {
     if !access.allowed_origins.is_empty() {
         tracing::info!("capability: browser pages from {} may call the API", access.allowed_origins.join(", "));
     }
+    let rules = config.client_prompts.names();
+    if rules.is_empty() {
+        tracing::info!("capability: client prompts as sent (--normalize-client-prompts none)");
+    } else {
+        tracing::info!(
+            "capability: client prompts rewritten by rule (--normalize-client-prompts): {}",
+            rules.join(", ")
+        );
+    }
 }
 
 fn detail_suffix(detail: &str) -> String {
@@ -326,6 +335,8 @@ pub struct AppOptions {
     pub pdf_reader: Option<std::path::PathBuf>,
     /// `--hosted-tool` and `--strict-hosted-tools`.
     pub hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
+    /// `--normalize-client-prompts`.
+    pub client_prompts: crate::client_prompts::ClientPrompts,
 }
 
 /// The state every handler shares, around a started server.
@@ -344,6 +355,7 @@ pub fn app_state(server: Server, options: AppOptions) -> Result<web::Data<AppSta
         background: Arc::new(http::background::Background::new(options.max_detached_turns)),
         webui_turns: http::webui_turns::Turns::default(),
         hosted: Arc::new(options.hosted),
+        client_prompts: options.client_prompts,
         response_streams: http::background::Streams::default(),
     }))
 }

@@ -392,6 +392,9 @@ pub struct ServeArgs {
     /// Offer skills_run to clients of POST /mcp: a client names a skill's script and it runs in the sandbox, as the model's call would (needs --skills-allow-exec)
     #[arg(long = "mcp-serve-scripts", env = "SKILLHOST_MCP_SERVE_SCRIPTS", help_heading = MCP)]
     pub mcp_serve_scripts: bool,
+    /// Named rewrites of text a known client changes between requests or sessions at the front of its prompt (Claude Code's billing line), so its prompts keep hitting the KV cache: `all`, `none`, or a comma-separated list of rules (see docs/clients-and-agents.md) [default: all]
+    #[arg(long = "normalize-client-prompts", env = "SKILLHOST_NORMALIZE_CLIENT_PROMPTS", help_heading = LISTENING)]
+    pub normalize_client_prompts: Option<String>,
     /// Seconds one MCP tool call may run [default: 60]
     #[arg(long = "mcp-call-timeout", env = "SKILLHOST_MCP_CALL_TIMEOUT", help_heading = MCP)]
     pub mcp_call_timeout: Option<u64>,
@@ -581,6 +584,8 @@ pub struct ServeConfig {
     pub hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
     /// `--mcp-serve-scripts`: `POST /mcp` offers `skills_run`.
     pub mcp_serve_scripts: bool,
+    /// `--normalize-client-prompts`.
+    pub client_prompts: crate::client_prompts::ClientPrompts,
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -1002,6 +1007,12 @@ impl ServeArgs {
             &names,
         )
         .map_err(ConfigError)?;
+        let client_prompts = match &self.normalize_client_prompts {
+            Some(spec) => {
+                crate::client_prompts::ClientPrompts::parse(spec).map_err(|err| ConfigError(err.to_string()))?
+            }
+            None => Default::default(),
+        };
         let max_detached_turns = self.max_detached_turns.unwrap_or(parallel);
         if !(1..=MAX_DETACHED_TURNS).contains(&max_detached_turns) {
             return Err(ConfigError(format!(
@@ -1036,6 +1047,7 @@ impl ServeArgs {
             mcp_call_timeout,
             hosted,
             mcp_serve_scripts: self.mcp_serve_scripts,
+            client_prompts,
         })
     }
 
@@ -1287,6 +1299,7 @@ mod tests {
                 mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
                 hosted: Default::default(),
                 mcp_serve_scripts: false,
+                client_prompts: Default::default(),
             }
         );
     }

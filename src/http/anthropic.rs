@@ -19,6 +19,7 @@ use skillhost_actors::request::Surface;
 use skillhost_actors::{ChatFinish, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
+use crate::client_prompts::{ClientPrompts, Rule};
 use crate::http::body::read_json;
 use crate::http::chat::{guarded, ready_model};
 use crate::http::error::{AnthropicError, ApiError, ErrorStyle};
@@ -26,7 +27,7 @@ use crate::http::openai::{
     ChatCompletionRequest, Spelling, Stop, WireContent, WireFile, WireFunction, WireFunctionCall, WireMessage,
     WireNamed, WirePart, WireTool, WireToolCall, WireToolChoice,
 };
-use crate::http::stream::{begin, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
+use crate::http::stream::{begin_translated, collect, event_stream, sse_response, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -81,6 +82,7 @@ struct AnthropicTool {
     name: String,
     description: Option<String>,
     input_schema: Option<Value>,
+    cache_control: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +166,65 @@ fn result_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
     }
 }
 
+/// Most `cache_control` breakpoints one request may set, as Anthropic's API.
+pub const MAX_CACHE_BREAKPOINTS: usize = 4;
+
+/// Where a request's `cache_control` breakpoints are. This server's KV
+/// cache keeps every prompt token it decodes for the next request that
+/// starts the same way, marked or not; the marks decide only how usage
+/// splits the fresh tokens: those up to the last mark were written to the
+/// cache (`cache_creation_input_tokens`), those after it are
+/// `input_tokens`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct CacheMarks {
+    count: usize,
+    /// How many of the translated messages come up to and with the last
+    /// mark (the system message counts for marks on the system prompt or
+    /// tools); `None` without marks.
+    through: Option<usize>,
+}
+
+impl CacheMarks {
+    /// Reads one block's `cache_control`: absent, or `{"type":
+    /// "ephemeral"}` with an optional `ttl` of "5m" or "1h".
+    fn read(&mut self, cache_control: Option<&Value>, at: &str) -> Result<bool, ApiError> {
+        let Some(mark) = cache_control.filter(|mark| !mark.is_null()) else { return Ok(false) };
+        let at = format!("{at}.cache_control");
+        if mark.get("type").and_then(Value::as_str) != Some("ephemeral") {
+            return Err(ApiError::bad_param(
+                &at,
+                format!("'{at}' must be {{\"type\": \"ephemeral\"}} (with an optional \"ttl\" of \"5m\" or \"1h\"), got {mark}"),
+            ));
+        }
+        match mark.get("ttl") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(ttl)) if ttl == "5m" || ttl == "1h" => {}
+            Some(other) => {
+                return Err(ApiError::bad_param(
+                    &format!("{at}.ttl"),
+                    format!("'{at}.ttl' must be \"5m\" or \"1h\", got {other}"),
+                ))
+            }
+        }
+        self.count += 1;
+        if self.count > MAX_CACHE_BREAKPOINTS {
+            return Err(ApiError::bad_param(
+                &at,
+                format!(
+                    "a request may set at most {MAX_CACHE_BREAKPOINTS} cache_control breakpoints; '{at}' is one more"
+                ),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Marks the prompt as cached up to and with the first `messages`
+    /// translated messages.
+    fn through(&mut self, messages: usize) {
+        self.through = Some(self.through.map_or(messages, |before| before.max(messages)));
+    }
+}
+
 /// Anthropic's tools carry `name` and `input_schema` directly; its stop
 /// strings are `stop_sequences`.
 const SPELLING: Spelling = Spelling {
@@ -174,19 +235,41 @@ const SPELLING: Spelling = Spelling {
     ..Spelling::OPENAI
 };
 
-/// Anthropic's request as the OpenAI request the rest of the server takes.
-fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
+/// Anthropic's request as the OpenAI request the rest of the server takes,
+/// with the rules of `--normalize-client-prompts` that rewrote it.
+fn translate(request: MessagesRequest, rules: &ClientPrompts) -> Result<Translated, ApiError> {
     let max_tokens = request
         .max_tokens
         .ok_or_else(|| ApiError::bad_param("max_tokens", "'max_tokens' is required (the most tokens to generate)"))?;
     let mut messages = Vec::new();
+    let mut applied = Vec::new();
+    let mut marks = CacheMarks::default();
+    // Tools come first in Anthropic's order: a mark on one covers them all
+    // and the system prompt, which the model's template renders together.
+    let mut marked_front = false;
+    for (n, tool) in request.tools.iter().flatten().enumerate() {
+        marked_front |= marks.read(tool.cache_control.as_ref(), &format!("tools[{n}]"))?;
+    }
     match request.system {
         None => {}
         Some(TextOrBlocks::Text(text)) => messages.push(text_message("system", text)),
-        Some(TextOrBlocks::Blocks(blocks)) => {
+        Some(TextOrBlocks::Blocks(mut blocks)) => {
+            for (n, block) in blocks.iter().enumerate() {
+                marked_front |= marks.read(block.get("cache_control"), &format!("system[{n}]"))?;
+            }
+            blocks.retain(|block| match rules.drops_system_block(block) {
+                Some(rule) => {
+                    applied.push(rule);
+                    false
+                }
+                None => true,
+            });
             let text = result_text(Some(&Value::Array(blocks)), "system")?;
             messages.push(text_message("system", text));
         }
+    }
+    if marked_front {
+        marks.through(messages.len());
     }
     if request.messages.is_empty() {
         return Err(ApiError::bad_param("messages", "'messages' must contain at least one message"));
@@ -205,7 +288,17 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         if message.role == "system" {
             let text = match message.content {
                 TextOrBlocks::Text(text) => text,
-                TextOrBlocks::Blocks(blocks) => result_text(Some(&Value::Array(blocks)), &at)?,
+                TextOrBlocks::Blocks(blocks) => {
+                    let mut marked = false;
+                    for (n, block) in blocks.iter().enumerate() {
+                        marked |= marks.read(block.get("cache_control"), &format!("{at}.content[{n}]"))?;
+                    }
+                    let text = result_text(Some(&Value::Array(blocks)), &at)?;
+                    if marked {
+                        marks.through(messages.len() + 1);
+                    }
+                    text
+                }
             };
             messages.push(text_message("system", text));
             continue;
@@ -221,8 +314,10 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         let mut calls = Vec::new();
         let mut results = Vec::new();
         let mut files = Vec::new();
+        let mut marked = false;
         for (n, block) in blocks.iter().enumerate() {
             let at = format!("{at}.content[{n}]");
+            marked |= marks.read(block.get("cache_control"), &at)?;
             let field = |name: &str| block.get(name);
             match block.get("type").and_then(Value::as_str) {
                 Some("text") => text.push_str(field("text").and_then(Value::as_str).unwrap_or_default()),
@@ -287,6 +382,9 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
                 name: None,
                 raw: None,
             });
+        }
+        if marked {
+            marks.through(messages.len());
         }
     }
     let tools = match request.tools {
@@ -355,7 +453,15 @@ fn translate(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError
         stream: request.stream,
         ..ChatCompletionRequest::default()
     };
-    Ok(wire)
+    Ok(Translated { chat: wire, applied, marks })
+}
+
+/// A translated request, with what `--normalize-client-prompts` removed and
+/// where its cache breakpoints are.
+struct Translated {
+    chat: ChatCompletionRequest,
+    applied: Vec<Rule>,
+    marks: CacheMarks,
 }
 
 fn text_message(role: &str, text: String) -> WireMessage {
@@ -377,12 +483,17 @@ fn stop_reason(finish: ChatFinish) -> &'static str {
     }
 }
 
-/// Anthropic counts fresh and cached prompt tokens apart.
-fn usage_json(usage: &Usage, timings: &Timings) -> Value {
+/// Anthropic counts prompt tokens in three parts that add up to the whole:
+/// read from the cache, written to it (the fresh tokens up to the last
+/// cache breakpoint), and the rest (`input_tokens`). `after_mark` is the
+/// prompt's tokens after its last breakpoint, `None` without one.
+fn usage_json(usage: &Usage, timings: &Timings, after_mark: Option<usize>) -> Value {
+    let fresh = usage.prompt_tokens.saturating_sub(timings.cache_n);
+    let input = after_mark.map_or(fresh, |after| after.min(fresh));
     json!({
-        "input_tokens": usage.prompt_tokens.saturating_sub(timings.cache_n),
+        "input_tokens": input,
         "cache_read_input_tokens": timings.cache_n,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": fresh - input,
         "output_tokens": usage.completion_tokens,
     })
 }
@@ -409,10 +520,15 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, translate).await?;
+    let wire: MessagesRequest = read_json(request, payload).await?;
+    let info = ready_model(state)?;
+    let Translated { chat, applied, marks } = translate(wire, &state.client_prompts)?;
+    state.metrics.client_prompt_rewrites(&applied);
+    let after_mark = tokens_after_mark(state, &chat, marks, &info.id).await;
+    let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
     let id = message_id();
     if stream {
-        let encoder = AnthropicEncoder { id, model: info.id.clone(), open: None, index: 0 };
+        let encoder = AnthropicEncoder { id, model: info.id.clone(), open: None, index: 0, after_mark };
         return Ok(sse_response(event_stream(state.clone(), chat, peer, started, encoder)));
     }
     let done = collect(state, chat, peer, started).await?;
@@ -432,8 +548,33 @@ async fn serve(
         "content": content,
         "stop_reason": stop_reason(done.finish),
         "stop_sequence": null,
-        "usage": usage_json(&done.usage, &done.timings),
+        "usage": usage_json(&done.usage, &done.timings, after_mark),
     })))
+}
+
+/// The prompt's tokens after its last cache breakpoint (`None` without
+/// one): none when the mark is on the last message, as Claude Code sets
+/// it; else the difference between the prompt and the prompt cut after the
+/// marked message, counted by the model's tokenizer. Where that cut cannot
+/// be rendered (a template that refuses the partial conversation), the
+/// mark is not used and usage reads as without one.
+async fn tokens_after_mark(
+    state: &AppState,
+    chat: &ChatCompletionRequest,
+    marks: CacheMarks,
+    model: &str,
+) -> Option<usize> {
+    let through = marks.through?;
+    if through >= chat.messages.len() {
+        return Some(0);
+    }
+    let cut = ChatCompletionRequest { messages: chat.messages[..through].to_vec(), ..chat.clone() };
+    let count = |request: ChatCompletionRequest| async move {
+        let validated = request.validate(model).ok()?;
+        state.server.count_tokens(&validated.request).await.ok()
+    };
+    let (whole, before) = (count(chat.clone()).await?, count(cut).await?);
+    Some(whole.saturating_sub(before))
 }
 
 /// `POST /v1/messages/count_tokens`: the request's messages, system and
@@ -448,7 +589,7 @@ pub async fn count_tokens(
     wire.max_tokens.get_or_insert(1);
     wire.stream = false;
     let info = ready_model(&state)?;
-    let validated = translate(wire)?.validate(&info.id)?;
+    let validated = translate(wire, &state.client_prompts)?.chat.validate(&info.id)?;
     let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;
     Ok(HttpResponse::Ok().json(json!({"input_tokens": input_tokens})))
 }
@@ -470,6 +611,8 @@ struct AnthropicEncoder {
     open: Option<Block>,
     /// Index of the next block.
     index: usize,
+    /// The prompt's tokens after its last cache breakpoint.
+    after_mark: Option<usize>,
 }
 
 fn event(name: &str, data: &Value) -> Bytes {
@@ -566,7 +709,7 @@ impl Encoder for AnthropicEncoder {
             &json!({
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason(end.finish), "stop_sequence": null},
-                "usage": usage_json(end.usage, end.timings),
+                "usage": usage_json(end.usage, end.timings, self.after_mark),
             }),
         ));
         frames.push(event("message_stop", &json!({"type": "message_stop"})));

@@ -38,6 +38,8 @@ pub struct Metrics {
     skills: SkillMetrics,
     /// Calls to MCP tools, copied from the hub's counts at scrape time.
     mcp_calls: IntCounterVec,
+    /// Rewrites of `--normalize-client-prompts`, by rule.
+    client_prompt_rewrites: IntCounterVec,
 }
 
 /// Per-skill outcomes, copied from the server's table at scrape time.
@@ -278,6 +280,13 @@ impl Metrics {
             "draft_accepted_tokens_total",
             "Drafted tokens the model's own sampling kept (each one a decode step saved).",
         )?;
+        let client_prompt_rewrites = IntCounterVec::new(
+            Opts::new(
+                "client_prompt_rewrites_total",
+                "Lines a client changes between requests or sessions, removed by a rule of --normalize-client-prompts, by rule.",
+            ),
+            &["rule"],
+        )?;
         let batch_sequences_max =
             IntGauge::new("batch_sequences_max", "Most sequences the engine decoded in one batch since it started.")?;
         registry.register(Box::new(requests.clone()))?;
@@ -298,6 +307,7 @@ impl Metrics {
         registry.register(Box::new(model_ready.clone()))?;
         registry.register(Box::new(batch_sequences_max.clone()))?;
         registry.register(Box::new(draft_tokens.clone()))?;
+        registry.register(Box::new(client_prompt_rewrites.clone()))?;
         registry.register(Box::new(draft_accepted_tokens.clone()))?;
         let upstreams = UpstreamMetrics::new(&registry)?;
         let agents = AgentMetrics::new(&registry)?;
@@ -335,7 +345,15 @@ impl Metrics {
             agents,
             skills,
             mcp_calls,
+            client_prompt_rewrites,
         })
+    }
+
+    /// Counts the rewrites `--normalize-client-prompts` made to one request.
+    pub fn client_prompt_rewrites(&self, applied: &[crate::client_prompts::Rule]) {
+        for rule in applied {
+            self.client_prompt_rewrites.with_label_values(&[rule.name()]).inc();
+        }
     }
 
     /// Records a finished request.

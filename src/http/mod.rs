@@ -59,6 +59,8 @@ pub struct AppState {
     pub webui_turns: webui_turns::Turns,
     /// `--hosted-tool` and `--strict-hosted-tools`.
     pub hosted: std::sync::Arc<skillhost_actors::tools::mcp::hosted::HostedTools>,
+    /// `--normalize-client-prompts`.
+    pub client_prompts: crate::client_prompts::ClientPrompts,
 }
 
 /// Registers every route behind the access gate; `main` and the tests
@@ -322,6 +324,9 @@ mod governance_tests;
 
 #[cfg(test)]
 mod forced_call_tests;
+
+#[cfg(test)]
+mod client_prompts_tests;
 
 #[cfg(test)]
 mod conversations_tests;

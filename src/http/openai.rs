@@ -19,7 +19,7 @@ pub const MAX_TOOLS: usize = 128;
 /// Longest tool name (OpenAI's limit).
 pub const MAX_TOOL_NAME_LEN: usize = 64;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ChatCompletionRequest {
     pub model: Option<String>,
     pub messages: Vec<WireMessage>,
@@ -61,20 +61,20 @@ pub struct ChatCompletionRequest {
     pub mcp_allowed_tools: std::collections::BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged, expecting = "expected a string or a list of strings")]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireMessage {
     pub role: String,
     #[serde(default)]
@@ -92,14 +92,14 @@ pub struct WireMessage {
 /// The extension field of an assistant message that holds its raw text.
 pub const RAW_FIELD: &str = "skillhost_raw";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged, expecting = "expected a string or a list of content parts")]
 pub enum WireContent {
     Text(String),
     Parts(Vec<WirePart>),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct WirePart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -114,7 +114,7 @@ pub struct WirePart {
     pub at: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct WireImageUrl {
     pub url: String,
     /// How closely a vision model should look; this server has none.
@@ -122,7 +122,7 @@ pub struct WireImageUrl {
     pub detail: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WireFile {
     pub file_id: Option<String>,
@@ -130,7 +130,7 @@ pub struct WireFile {
     pub filename: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireToolCall {
     pub id: Option<String>,
     #[serde(rename = "type")]
@@ -138,7 +138,7 @@ pub struct WireToolCall {
     pub function: WireFunctionCall,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireFunctionCall {
     pub name: String,
     /// A JSON text per OpenAI; an object is accepted too.
@@ -146,14 +146,14 @@ pub struct WireFunctionCall {
     pub arguments: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireTool {
     #[serde(rename = "type")]
     pub kind: String,
     pub function: WireFunction,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireFunction {
     pub name: String,
     #[serde(default)]
@@ -162,7 +162,7 @@ pub struct WireFunction {
     pub parameters: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(
     untagged,
     expecting = "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": …}}"
@@ -176,19 +176,19 @@ pub enum WireToolChoice {
     },
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireNamed {
     pub name: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireResponseFormat {
     #[serde(rename = "type")]
     pub kind: String,
     pub json_schema: Option<WireJsonSchema>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireJsonSchema {
     pub schema: Option<Value>,
 }

@@ -96,6 +96,7 @@ pub(crate) struct TestServer {
     mcp_call_timeout: Duration,
     mcp_serve_scripts: bool,
     hosted: skillhost_actors::tools::mcp::hosted::HostedTools,
+    client_prompts: crate::client_prompts::ClientPrompts,
 }
 
 /// A started test server.
@@ -151,7 +152,14 @@ impl TestServer {
             mcp_call_timeout: skillhost_actors::tools::mcp::hub::DEFAULT_CALL_TIMEOUT,
             mcp_serve_scripts: false,
             hosted: Default::default(),
+            client_prompts: Default::default(),
         }
+    }
+
+    /// `--normalize-client-prompts`.
+    pub(crate) fn client_prompts(mut self, rules: crate::client_prompts::ClientPrompts) -> Self {
+        self.client_prompts = rules;
+        self
     }
 
     /// `--hosted-tool` and `--strict-hosted-tools`.
@@ -314,6 +322,7 @@ impl TestServer {
             // run without it built (`make check`) read none.
             pdf_reader: Some(helper_path()).filter(|path| path.exists()),
             hosted: self.hosted,
+            client_prompts: self.client_prompts,
         };
         let state = setup::app_state(server, options)?;
         Ok(Running { state, backend, base })

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_cache import SHORT_INSTRUCTIONS, codex_home
 from conftest import DEFAULT_MODEL, ROOT, RunningServer
 from offline import Bridge
 import scripted_upstream
@@ -26,9 +27,6 @@ AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 # Each agent run is bounded; a healthy one takes seconds to a few minutes.
 AGENT_TIMEOUT_S = 420
-# Codex's own instructions are about 4,000 tokens; a short text in their place
-# keeps a round's prefill small on the default model (Claude Code's too).
-CODEX_INSTRUCTIONS = "You are a coding agent in a terminal. Answer briefly."
 
 
 def agent(name):
@@ -48,33 +46,6 @@ def report(capsys, who, bridge, result):
             print(f"{who}: {line}")
     assert namespace and namespace[0].startswith("offline: interfaces lo; addresses 127.0.0.1/8, ::1/128;"), result.stderr
     assert namespace[0].endswith("routes, through lo"), namespace
-
-
-def codex_home(folder, url, model, headers=None):
-    home = folder / "codex-home"
-    home.mkdir()
-    (home / "instructions.md").write_text(CODEX_INSTRUCTIONS)
-    provider_headers = ""
-    if headers:
-        pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items())
-        provider_headers = f"http_headers = {{ {pairs} }}\n"
-    # Codex's defaults otherwise: its web_search is left out by the server
-    # (no MCP tool is mapped to it), and its sub-agent tools arrive as a
-    # tool namespace.
-    (home / "config.toml").write_text(
-        f'model = "{model}"\n'
-        'model_provider = "skillhost"\n'
-        f'model_instructions_file = "{home / "instructions.md"}"\n'
-        "[features]\ngoals = false\n"
-        "[model_providers.skillhost]\n"
-        'name = "skillhost"\n'
-        f'base_url = "{url}/v1"\n'
-        'env_key = "SKILLHOST_TEST_KEY"\n'
-        'wire_api = "responses"\n'
-        "request_max_retries = 0\n"
-        "stream_max_retries = 0\n" + provider_headers
-    )
-    return home
 
 
 def run_codex(server, tmp_path, prompt, headers=None, until=None):
@@ -225,7 +196,7 @@ def run_claude(server, tmp_path, prompt, *options, headers=None, until=None):
     # Its default system prompt and tools are 12,000 tokens or more, past the
     # test server's context (they need a larger one and minutes of prefill on
     # two cores); a short prompt and one tool keep the round small.
-    command = [agent("claude"), "-p", prompt, "--system-prompt", CODEX_INSTRUCTIONS, "--tools", "Bash", *options]
+    command = [agent("claude"), "-p", prompt, "--system-prompt", SHORT_INSTRUCTIONS, "--tools", "Bash", *options]
     try:
         result = bridge.run(command, cwd=work, env=env, timeout=AGENT_TIMEOUT_S, until=until)
     finally:

@@ -103,6 +103,15 @@ def test_a_tool_use_round_trip(client):
         ({"tool_choice": {"type": "sometimes"}}, "'tool_choice.type' must be"),
         ({"temperature": "hot"}, "'temperature' is invalid"),
         ({"messages": "hi"}, "'messages' is invalid"),
+        ({"system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "persistent"}}]},
+         "'system[0].cache_control' must be {\"type\": \"ephemeral\"}"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "10m"}}]}]},
+         "'messages[0].content[0].cache_control.ttl' must be \"5m\" or \"1h\""),
+        # One past Anthropic's limit of four breakpoints.
+        ({"system": [{"type": "text", "text": f"Rule {n}.", "cache_control": {"type": "ephemeral"}}
+                     for n in range(5)]},
+         "at most 4 cache_control breakpoints; 'system[4].cache_control' is one more"),
     ],
 )
 def test_bad_input_is_a_4xx_in_anthropic_shape(server, change, message):
@@ -120,11 +129,46 @@ def test_count_tokens_matches_what_a_message_reports(client):
     message = client.messages.create(
         model=MODEL, max_tokens=4, system="You are a helpful assistant.", messages=QUESTION, extra_body=GREEDY,
     )
-    used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    usage = message.usage
+    used = usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
     assert counted.input_tokens == used
     with_tools = client.messages.count_tokens(model=MODEL, messages=QUESTION, tools=[WEATHER])
     alone = client.messages.count_tokens(model=MODEL, messages=QUESTION)
     assert with_tools.input_tokens > alone.input_tokens > 0
+
+
+def test_cache_breakpoints_split_the_fresh_tokens_into_written_and_input(client):
+    mark = {"type": "ephemeral"}
+    # Longer than the least prefix the engine shares between requests (64
+    # tokens), so the second request reuses it whichever slot it runs on.
+    rules = " ".join(f"Rule {n}: answer in one word, and never add a second sentence." for n in range(1, 9))
+    system = [{"type": "text", "text": "You are a helpful assistant. " + rules, "cache_control": mark}]
+
+    def ask(question, marks_question, ttl=None):
+        block = {"type": "text", "text": question}
+        if marks_question:
+            block["cache_control"] = {**mark, **({"ttl": ttl} if ttl else {})}
+        messages = [{"role": "user", "content": [block]}]
+        usage = client.messages.create(model=MODEL, max_tokens=4, system=system, messages=messages,
+                                       extra_body=GREEDY).usage
+        counted = client.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens
+        # The three parts add up to the whole prompt.
+        assert usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens == counted
+        return usage
+
+    # Marked through the last message, as Claude Code marks: every fresh
+    # token was written to the cache, none is plain input.
+    whole = ask("What is the capital of Italy?", True, ttl="1h")
+    assert whole.input_tokens == 0 and whole.cache_creation_input_tokens > 0, whole
+    # Marked on the system prompt only: what follows it is input, and the
+    # system prompt itself comes from the cache now.
+    split = ask("Which river flows through Rome?", False)
+    assert split.input_tokens > 0 and split.cache_read_input_tokens > 0, split
+    # Four breakpoints, Anthropic's limit, are taken.
+    four = [{"type": "text", "text": f"Rule {n}.", "cache_control": mark} for n in range(4)]
+    message = client.messages.create(model=MODEL, max_tokens=2, system=four, messages=QUESTION, extra_body=GREEDY)
+    # Its system prompt is new here, and marked: written to the cache.
+    assert message.usage.cache_creation_input_tokens > 0, message.usage
 
 
 def test_the_sdk_raises_its_own_error_types(client):
