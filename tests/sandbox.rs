@@ -401,6 +401,51 @@ async fn a_command_on_a_warm_helper_is_confined_as_a_cold_one() {
     }
 }
 
+/// A descriptor the server holds without close-on-exec (a C library's
+/// file, say) reaches neither the helper's command nor an unconfined one:
+/// the helper marks what it inherited close-on-exec as it starts, and
+/// birdcage (patched) opens its own pipes so; no trampoline is left to
+/// close them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_descriptor_the_server_leaks_reaches_no_command() {
+    use skillhost_actors::sandbox::launch::Run;
+    let setup = setup();
+    let (launcher, lease) = launcher_and_lease();
+    let secret = setup.workspace.join("held-by-the-server.txt");
+    std::fs::write(&secret, "server state\n").unwrap();
+    let path = std::ffi::CString::new(secret.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: open with a valid C string; the descriptor is closed below.
+    let leaked = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+    assert!(leaked > 2, "{}", std::io::Error::last_os_error());
+    // The glob lists the folder through a descriptor of its own, gone
+    // by the time readlink runs: hence `|| true`.
+    let line = "ls /proc/self/fd | wc -l; for fd in /proc/self/fd/*; do readlink $fd || true; done";
+    let command: Vec<String> = ["/bin/bash", "-c", line].map(String::from).into();
+    for unconfined in [false, true] {
+        let run = Run {
+            profile: "code-exec",
+            workspace: &setup.workspace,
+            owner: lease.as_ref().map(|l| (l.uid(), l.uid())),
+            skill: None,
+            network: false,
+            unconfined,
+            command: &command,
+            env: &[],
+            read: &[],
+            start_in: None,
+            proxy: None,
+            timeout: Duration::from_secs(30),
+        };
+        let ran = launcher.run(&run).await.unwrap();
+        assert_eq!(ran.exit_code, Some(0), "{ran:?}");
+        // 0, 1, 2 and ls's own listing of the folder.
+        assert_eq!(ran.stdout.lines().next(), Some("4"), "unconfined {unconfined}: {}", ran.stdout);
+        assert!(!ran.stdout.contains("held-by-the-server"), "unconfined {unconfined}: {}", ran.stdout);
+    }
+    // SAFETY: the descriptor opened above.
+    unsafe { libc::close(leaked) };
+}
+
 /// A warm helper reads the launcher's framed line and nothing else: a line
 /// cut short, one naming control groups or a descriptor, is refused before
 /// anything runs.

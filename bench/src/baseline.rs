@@ -248,3 +248,135 @@ pub fn run(binary: PathBuf, threads: i32) {
     restarted.print("first request after a restart, same system prompt, ms (theirs ÷ ours)", true, "≥ 1.0");
     restarted_prefilled.print("  … prompt tokens it decoded (theirs ÷ ours)", true, "no prefill of the prefix");
 }
+
+/// llama-server's n-gram speculation types, as its `--help` lists them for
+/// `--spec-type` (builds differ; the table says which were tried).
+fn ngram_spec_types(binary: &PathBuf) -> Vec<String> {
+    let help = Command::new(binary).arg("--help").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let help = help.unwrap_or_default();
+    let mut types: Vec<String> = help
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '|' || c == '[' || c == ']' || c == '{' || c == '}')
+        .filter(|word| word.starts_with("ngram"))
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric() && c != '-').to_string())
+        .filter(|word| !word.is_empty() && !word.contains("--"))
+        .collect();
+    types.sort();
+    types.dedup();
+    types
+}
+
+/// One greedy, non-streamed chat request; the answer.
+fn greedy_chat(url: &str, prompt: &str, max_tokens: u32) -> Value {
+    let body = json!({
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    });
+    let mut response = ureq::post(&format!("{url}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("request");
+    serde_json::from_str(&response.body_mut().read_to_string().expect("body")).expect("json")
+}
+
+/// Decode tokens a second of one greedy request (the server's own
+/// `predicted_per_second`), and its text.
+fn decode_rate(url: &str, prompt: &str, max_tokens: u32) -> (f64, String) {
+    let answer = greedy_chat(url, prompt, max_tokens);
+    let text = answer["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string();
+    (answer["timings"]["predicted_per_second"].as_f64().unwrap_or(f64::NAN), text)
+}
+
+/// Generated tokens a second over `prompts` sent at once (wall time).
+fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
+    let started = Instant::now();
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|(prompt, max_tokens)| {
+            let (url, prompt, max_tokens) = (url.to_string(), prompt.clone(), *max_tokens);
+            std::thread::spawn(move || {
+                greedy_chat(&url, &prompt, max_tokens)["usage"]["completion_tokens"].as_f64().unwrap_or(0.0)
+            })
+        })
+        .collect();
+    let tokens: f64 = handles.into_iter().map(|h| h.join().expect("request thread")).sum();
+    tokens / started.elapsed().as_secs_f64()
+}
+
+/// Speculative decoding from the context, side by side: skillhost with and
+/// without `--spec-lookup` against llama-server without speculation and
+/// with each n-gram `--spec-type` its build offers; the servers take turns.
+pub fn lookup(binary: PathBuf, threads: i32) {
+    let baseline = Baseline { binary: binary.clone(), threads };
+    let types = ngram_spec_types(&binary);
+    let mut configs: Vec<(String, Side, Vec<String>)> = vec![
+        ("skillhost".into(), Side::Skillhost, vec![]),
+        ("skillhost --spec-lookup".into(), Side::Skillhost, vec!["--spec-lookup".into()]),
+        ("llama-server".into(), Side::LlamaServer, vec![]),
+    ];
+    for kind in &types {
+        configs.push((
+            format!("llama-server --spec-type {kind}"),
+            Side::LlamaServer,
+            vec!["--spec-type".into(), kind.clone()],
+        ));
+    }
+    let copy = super::lookup::copy_prompt();
+    let prose = super::lookup::prose_prompt("a lighthouse keeper");
+    let mixed: Vec<(String, u32)> = (0..8)
+        .map(|i| {
+            if i % 2 == 0 {
+                (copy.clone(), 300)
+            } else {
+                (super::lookup::prose_prompt(&format!("a traveller, day {i}")), 300)
+            }
+        })
+        .collect();
+    eprintln!("drafting from the context against llama-server ({}), {ROUNDS} rounds…", types.join(", "));
+    let mut rows: Vec<[Vec<f64>; 3]> = configs.iter().map(|_| Default::default()).collect();
+    let mut texts: Vec<Option<String>> = configs.iter().map(|_| None).collect();
+    for _ in 0..ROUNDS {
+        for (i, (_, side, extra)) in configs.iter().enumerate() {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let server = baseline.start(*side, &extra);
+            decode_rate(&server.url, "Say hello.", 8);
+            let (copy_rate, text) = decode_rate(&server.url, &copy, 400);
+            texts[i].get_or_insert(text);
+            rows[i][0].push(copy_rate);
+            rows[i][1].push(decode_rate(&server.url, &prose, 300).0);
+            rows[i][2].push(aggregate_rate(&server.url, &mixed));
+        }
+    }
+    println!();
+    println!("drafting from the context, decode tok/s (greedy), median of {ROUNDS} (min–max), {threads} threads:");
+    println!(
+        "| server | copy-heavy turn | prose | 8 streams, copy and prose (aggregate) | same copy text as skillhost |"
+    );
+    println!("|---|---|---|---|---|");
+    for (i, (name, _, _)) in configs.iter().enumerate() {
+        let cell = |values: &Vec<f64>| format!("{:.1} ({})", median(values.clone()), range(values));
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            cell(&rows[i][0]),
+            cell(&rows[i][1]),
+            cell(&rows[i][2]),
+            if texts[i] == texts[0] { "yes" } else { "no" }
+        );
+    }
+    let best_theirs = |column: usize| {
+        configs
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, side, _))| *side == Side::LlamaServer)
+            .map(|(i, _)| median(rows[i][column].clone()))
+            .fold(0.0, f64::max)
+    };
+    let ours = |column: usize| median(rows[1][column].clone());
+    println!(
+        "copy-heavy: {:.2}× our decode without lookup (goal ≥ 2.0), {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
+        ours(0) / median(rows[0][0].clone()),
+        ours(0) / best_theirs(0),
+        ours(1) / median(rows[0][1].clone()),
+        ours(2) / best_theirs(2)
+    );
+}

@@ -87,24 +87,18 @@ pub fn run() {
         took
     };
     let through_server = || through(&grouped_launcher);
-    let trampoline = || {
-        let mut command = Command::new(&helper);
-        command.args(["sandbox-close-fds", "--", "/usr/bin/true"]);
-        command
-    };
     // One of each first, unmeasured (page cache, first namespace setup);
     // then they alternate so drift hits both alike.
     start(plain_launcher.command(&run));
     through_server();
     start(Command::new("/usr/bin/true"));
-    let (mut sandboxed, mut served, mut plain, mut trampolined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut sandboxed, mut served, mut plain) = (Vec::new(), Vec::new(), Vec::new());
     let mut ungrouped = Vec::new();
     for _ in 0..STARTS {
         sandboxed.push(start(plain_launcher.command(&run)));
         served.push(through_server());
         ungrouped.push(through(&plain_launcher));
         plain.push(start(Command::new("/usr/bin/true")));
-        trampolined.push(start(trampoline()));
     }
     if let Some(cgroups) = &cgroups {
         let (mut made, mut removed) = (Vec::new(), Vec::new());
@@ -118,8 +112,7 @@ pub fn run() {
         }
         println!("  a control group alone: made in {:.2} ms, removed in {:.2} ms", median(made), median(removed));
     }
-    let (sandboxed, served, plain, trampolined) =
-        (median(sandboxed), median(served), median(plain), median(trampolined));
+    let (sandboxed, served, plain) = (median(sandboxed), median(served), median(plain));
     println!(
         "  `true`, median of {STARTS}: sandboxed {sandboxed:.2} ms, plain {plain:.2} ms, ratio {:.1}×",
         sandboxed / plain
@@ -134,10 +127,6 @@ pub fn run() {
         "  the same without a control group: {ungrouped:.2} ms ({:.1}× plain); the group costs {:.2} ms",
         ungrouped / plain,
         served - ungrouped
-    );
-    println!(
-        "  of which the descriptor-closing trampoline, run alone: {trampolined:.2} ms ({:.1}× plain)",
-        trampolined / plain
     );
     drop(workspace);
 

@@ -5,7 +5,9 @@
 //! changed), prose that repeats nothing, and 8 concurrent streams mixing
 //! both. The figure is decode speed (generated tokens over the time after
 //! the first token) with drafting against without; a single stream's first
-//! output is also checked to be the same text.
+//! output is also checked to be the same text. The same workloads against
+//! llama-server with and without its own n-gram speculation, through both
+//! servers' HTTP, are `baseline::lookup`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -30,14 +32,14 @@ fn file() -> String {
     lines.join("\n")
 }
 
-fn copy_prompt() -> String {
+pub(crate) fn copy_prompt() -> String {
     format!(
         "Rewrite this file with `scale` renamed to `factor`. Print the whole file and nothing else.\n\n```python\n{}\n```",
         file()
     )
 }
 
-fn prose_prompt(topic: &str) -> String {
+pub(crate) fn prose_prompt(topic: &str) -> String {
     format!("Write a long story about {topic}, with new details in every sentence.")
 }
 

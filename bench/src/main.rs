@@ -380,7 +380,7 @@ fn main() {
         println!("the state folder's store:");
         store::run_offline();
     }
-    let served = ["model", "webui", "baseline", "upstream", "store", "attachments"];
+    let served = ["model", "webui", "baseline", "lookup", "upstream", "store", "attachments"];
     if !served.iter().any(|part| wanted(part)) {
         return;
     }
@@ -418,6 +418,9 @@ fn main() {
             binary.display()
         );
         baseline::run(binary, threads);
+    }
+    if wanted("lookup") {
+        baseline::lookup(llama_server(), threads);
     }
     if wanted("upstream") {
         println!();

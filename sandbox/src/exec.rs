@@ -97,8 +97,12 @@ pub fn run_warm(groups: Vec<PathBuf>) -> Result<u8, HelperError> {
         return Err(HelperError::Refused("a warm helper takes no --cgroup or --proxy-channel on stdin".into()));
     }
     // The command's stdin is empty, as a cold helper's is.
-    let null = rustix::fs::open("/dev/null", rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty())
-        .map_err(failed("cannot open /dev/null"))?;
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(failed("cannot open /dev/null"))?;
     // SAFETY: dup2 onto descriptor 0 of this single-threaded process;
     // `null` stays open until it returns.
     if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } != 0 {
@@ -229,13 +233,12 @@ fn run_joined(args: HelperArgs) -> Result<u8, HelperError> {
     if args.allow_network || args.proxy_channel.is_some() {
         allow(Exception::Networking)?;
     }
-    // birdcage leaves its own exit-status pipe open in the process it
-    // starts, so it starts this binary again as a trampoline that closes
-    // every descriptor above 2 and then becomes the command.
-    let trampoline = std::env::current_exe().map_err(failed("cannot find the skillhost-sandbox binary"))?;
-    allow(Exception::ExecuteAndRead(trampoline.clone()))?;
-    let mut command = birdcage::process::Command::new(&trampoline);
-    command.arg(CLOSE_FDS_COMMAND).arg("--").arg(program).args(arguments);
+    // The command starts with descriptors 0 to 2 alone: everything this
+    // helper inherited was marked close-on-exec when it started
+    // ([`close_inherited_descriptors`]), and birdcage (patched, see
+    // sandbox/vendor/birdcage/VENDORED.md) opens its own pipes so.
+    let mut command = birdcage::process::Command::new(program);
+    command.args(arguments);
     let mut child = sandbox
         .spawn(command)
         .map_err(|err| HelperError::Sandbox { step: "cannot start the sandbox", reason: err.to_string() })?;
@@ -297,23 +300,11 @@ fn enter_pid_namespace() -> std::io::Result<()> {
     write("gid_map", format!("{gid} {gid} 1\n"))
 }
 
-/// The hidden subcommand the sandbox starts first: close every descriptor
-/// above 2, then exec the command in place.
-pub const CLOSE_FDS_COMMAND: &str = "sandbox-close-fds";
-
-/// `skillhost sandbox-close-fds -- PROGRAM ARGS…`, run inside the sandbox.
-pub fn close_fds_and_exec(command: &[OsString]) -> String {
-    let Some((program, arguments)) = command.split_first() else {
-        return "no command was given".into();
-    };
-    close_inherited_descriptors();
-    let err = std::process::Command::new(program).args(arguments).exec();
-    format!("cannot run {}: {err}", program.to_string_lossy())
-}
-
-/// Marks every descriptor above 2 close-on-exec (Linux 5.11+), or closes
-/// them one by one where `close_range` is missing.
-fn close_inherited_descriptors() {
+/// Marks every descriptor above 2 close-on-exec, with `close_range` (Linux
+/// 5.11+) or one by one where it is missing. The helper does this first of
+/// all: what the server's process held without the flag (a library's file,
+/// a socket) must not reach a command.
+pub fn close_inherited_descriptors() {
     // SAFETY: close_range with constant arguments changes only flags of
     // this process's own descriptors.
     let marked = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };

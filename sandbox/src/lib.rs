@@ -3,17 +3,17 @@
 //! line and the profiles).
 //!
 //! It is a binary of its own, apart from the server's, because it starts
-//! once for every command and once more inside the sandbox as the
-//! descriptor-closing trampoline: the server's binary carries llama.cpp,
-//! whose libraries load and initialise on every start.
+//! once for every command: the server's binary carries llama.cpp, whose
+//! libraries load and initialise on every start.
 //!
 //! Its modes, chosen by the first argument:
 //! - `sandbox-exec ARGS -- COMMAND…`: run one command ([`exec::run`]);
 //! - `sandbox-warm --cgroup DIR…`: join the control groups now, then read
 //!   the same command line from stdin and run it ([`exec::run_warm`]); the
-//!   server keeps one or two of these started ahead of their commands;
-//! - `sandbox-close-fds -- COMMAND…`: inside the sandbox, close every
-//!   inherited descriptor above 2 and become the command.
+//!   server keeps one or two of these started ahead of their commands.
+//!
+//! Either way it first marks every descriptor it inherited above 2
+//! close-on-exec, so the command starts with 0, 1 and 2 alone.
 
 pub mod args;
 pub mod exec;
@@ -27,12 +27,9 @@ use std::process::ExitCode;
 /// that could start a thread first.
 #[allow(clippy::print_stderr)]
 pub fn main(raw: Vec<OsString>) -> ExitCode {
+    exec::close_inherited_descriptors();
     let mode = raw.get(1).and_then(|a| a.to_str());
     match mode {
-        Some(exec::CLOSE_FDS_COMMAND) if raw.get(2).is_some_and(|a| a == "--") => {
-            eprintln!("sandbox: {}", exec::close_fds_and_exec(&raw[3..]));
-            ExitCode::from(exec::SANDBOX_FAILURE)
-        }
         Some(args::SUBCOMMAND) => match args::HelperArgs::parse(raw[2..].iter().cloned()) {
             Ok(args) => finish(exec::run(args)),
             Err(err) => {
