@@ -254,15 +254,13 @@ pub fn run(binary: PathBuf, threads: i32) {
 fn ngram_spec_types(binary: &PathBuf) -> Vec<String> {
     let help = Command::new(binary).arg("--help").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
     let help = help.unwrap_or_default();
-    let mut types: Vec<String> = help
-        .split(|c: char| c.is_whitespace() || c == ',' || c == '|' || c == '[' || c == ']' || c == '{' || c == '}')
-        .filter(|word| word.starts_with("ngram"))
-        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric() && c != '-').to_string())
-        .filter(|word| !word.is_empty() && !word.contains("--"))
-        .collect();
-    types.sort();
-    types.dedup();
-    types
+    // The option's own line lists the kinds: `--spec-type none,draft-simple,…,ngram-cache`.
+    help.lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--spec-type "))
+        .flat_map(|rest| rest.split_whitespace().next().unwrap_or_default().split(','))
+        .filter(|kind| kind.starts_with("ngram"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// One greedy, non-streamed chat request; the answer.
@@ -304,21 +302,29 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
 }
 
 /// Speculative decoding from the context, side by side: skillhost with and
-/// without `--spec-lookup` against llama-server without speculation and
+/// without `--spec-lookup` (flash attention off, where drafting pays on the
+/// CPU) against llama-server without speculation and
 /// with each n-gram `--spec-type` its build offers; the servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
     let types = ngram_spec_types(&binary);
     let mut configs: Vec<(String, Side, Vec<String>)> = vec![
-        ("skillhost".into(), Side::Skillhost, vec![]),
-        ("skillhost --spec-lookup".into(), Side::Skillhost, vec!["--spec-lookup".into()]),
+        ("skillhost --flash-attn off".into(), Side::Skillhost, vec!["--flash-attn".into(), "off".into()]),
+        (
+            "skillhost --flash-attn off --spec-lookup".into(),
+            Side::Skillhost,
+            vec!["--flash-attn".into(), "off".into(), "--spec-lookup".into()],
+        ),
         ("llama-server".into(), Side::LlamaServer, vec![]),
+        ("llama-server -fa off".into(), Side::LlamaServer, vec!["-fa".into(), "off".into()]),
     ];
+    // Its n-gram kinds with flash attention off, as ours: on the CPU that
+    // checks drafts for less (its default is on).
     for kind in &types {
         configs.push((
-            format!("llama-server --spec-type {kind}"),
+            format!("llama-server -fa off --spec-type {kind}"),
             Side::LlamaServer,
-            vec!["--spec-type".into(), kind.clone()],
+            vec!["-fa".into(), "off".into(), "--spec-type".into(), kind.clone()],
         ));
     }
     let copy = super::lookup::copy_prompt();
@@ -336,7 +342,8 @@ pub fn lookup(binary: PathBuf, threads: i32) {
     let mut rows: Vec<[Vec<f64>; 3]> = configs.iter().map(|_| Default::default()).collect();
     let mut texts: Vec<Option<String>> = configs.iter().map(|_| None).collect();
     for _ in 0..ROUNDS {
-        for (i, (_, side, extra)) in configs.iter().enumerate() {
+        for (i, (name, side, extra)) in configs.iter().enumerate() {
+            let started = Instant::now();
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             let server = baseline.start(*side, &extra);
             decode_rate(&server.url, "Say hello.", 8);
@@ -345,6 +352,13 @@ pub fn lookup(binary: PathBuf, threads: i32) {
             rows[i][0].push(copy_rate);
             rows[i][1].push(decode_rate(&server.url, &prose, 300).0);
             rows[i][2].push(aggregate_rate(&server.url, &mixed));
+            eprintln!(
+                "  {name}: {:.1} / {:.1} / {:.1} tok/s ({:.0} s)",
+                rows[i][0].last().unwrap_or(&0.0),
+                rows[i][1].last().unwrap_or(&0.0),
+                rows[i][2].last().unwrap_or(&0.0),
+                started.elapsed().as_secs_f64()
+            );
         }
     }
     println!();

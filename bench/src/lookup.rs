@@ -12,12 +12,19 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use skillhost_engine::lookup::MAX_DRAFT;
+use skillhost_engine::FlashAttn;
 use skillhost_engine::{
     ChatMessage, Conversation, Engine, EngineConfig, GenerateRequest, GenerationEvent, ResponseFormat, Role,
     SamplingParams, ToolChoice,
 };
 
 const RUNS: usize = 3;
+/// Rounds of [`step_costs`]; the median is reported.
+const STEP_REPS: usize = 21;
 
 /// A 150-line Python file.
 fn file() -> String {
@@ -100,7 +107,74 @@ fn median(mut values: Vec<f64>) -> (f64, f64, f64) {
     (values[values.len() / 2], values[0], values[values.len() - 1])
 }
 
+/// Decode steps of one sequence by the positions they hold, from one to
+/// a longest draft's worth, interleaved over [`STEP_REPS`] rounds, after
+/// `copies` copies of the copy-heavy prompt: a drafted token costs one more
+/// position, and what that costs on this machine bounds what drafting can
+/// gain here. Returns the prompt's tokens and (positions, median
+/// milliseconds) pairs.
+fn step_costs(flash_attn: i32, copies: usize) -> (usize, Vec<(usize, f64)>) {
+    let backend = skillhost_engine::backend().expect("llama backend");
+    let model = LlamaModel::load_from_file(backend, super::MODEL, &LlamaModelParams::default()).expect("model");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+    let params = skillhost_engine::context_params(8192, 8, threads, flash_attn);
+    let mut ctx = model.new_context(backend, params).expect("context");
+    let tokens = model.vocab().tokenize(copy_prompt().repeat(copies).as_bytes(), false, true);
+    let mut batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, 1);
+    for (chunk, tokens_in) in tokens.chunks(skillhost_engine::BATCH_SIZE as usize).enumerate() {
+        batch.clear();
+        for (i, token) in tokens_in.iter().enumerate() {
+            let at = chunk * skillhost_engine::BATCH_SIZE as usize + i;
+            batch.add(*token, at as i32, &[0], at + 1 == tokens.len()).expect("batch");
+        }
+        ctx.decode(&mut batch).expect("prefill");
+    }
+    let base = tokens.len();
+    let sizes = [1, 2, 3, 5, 9, MAX_DRAFT + 1];
+    let mut times: Vec<Vec<f64>> = sizes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..STEP_REPS {
+        for (size, times) in sizes.iter().zip(&mut times) {
+            batch.clear();
+            for (i, token) in tokens.iter().take(*size).enumerate() {
+                batch.add(*token, (base + i) as i32, &[0], true).expect("batch");
+            }
+            let started = Instant::now();
+            ctx.decode(&mut batch).expect("decode");
+            let _ = ctx.get_logits_ith(*size as i32 - 1);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            ctx.clear_kv_cache_seq(Some(0), Some(base as u32), None).expect("rewind");
+        }
+    }
+    (base, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
+}
+
+/// Prints [`step_costs`] as ratios to a step of one position, with flash
+/// attention off (as drafting is measured), and with `more` also with the
+/// engine's default (`auto`, on for the CPU), and at a context four times
+/// as long.
+pub fn print_step_costs(more: bool) {
+    let (auto, off) = (super::flash_attn(), flash_attn_off());
+    let mut cases = vec![("off", off, 1)];
+    if more {
+        cases.push(("auto", auto, 1));
+        cases.push(("off", off, 4));
+        cases.push(("auto", auto, 4));
+    }
+    println!("a decode step of one sequence by the positions it holds, median of {STEP_REPS}, ratios to one position:");
+    for (name, policy, copies) in cases {
+        let (context, costs) = step_costs(policy, copies);
+        let one = costs[0].1;
+        let row: Vec<String> = costs.iter().skip(1).map(|(size, ms)| format!("{size}: {:.2}×", ms / one)).collect();
+        println!("  flash attention {name:<4} at {context:>5} tokens of context: 1: {one:.2} ms, {}", row.join(", "));
+    }
+}
+
+fn flash_attn_off() -> i32 {
+    skillhost_engine::flash_attention(FlashAttn::Off)
+}
+
 pub fn run() {
+    print_step_costs(false);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let model = PathBuf::from(super::MODEL);
     let start = |spec_lookup| {
@@ -109,6 +183,8 @@ pub fn run() {
             n_ctx: Some(8192),
             n_parallel: 8,
             spec_lookup,
+            // Where drafting pays on the CPU (see `FlashAttn`).
+            flash_attn: FlashAttn::Off,
             ..Default::default()
         };
         Engine::start(config).expect("the engine").0
@@ -124,7 +200,7 @@ pub fn run() {
             (prose_prompt(&format!("a traveller, day {i}")), 300)
         });
     }
-    println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting on ÷ off):");
+    println!("speculative decoding from the context (greedy, --flash-attn off, {RUNS} runs each, drafting on ÷ off):");
     for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
         let mut ratios = Vec::new();
         let (mut drafted, mut kept, mut same) = (0, 0, None);

@@ -105,8 +105,9 @@ struct Bare<'m> {
 
 impl<'m> Bare<'m> {
     fn new(backend: &LlamaBackend, model: &'m LlamaModel, threads: i32) -> Self {
-        let ctx =
-            model.new_context(backend, skillhost_engine::context_params(N_CTX, N_PARALLEL, threads)).expect("context");
+        let ctx = model
+            .new_context(backend, skillhost_engine::context_params(N_CTX, N_PARALLEL, threads, flash_attn()))
+            .expect("context");
         let template_text = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
         let template = ChatTemplate::for_model(template_text.as_deref(), "llama", "", "").expect("template");
         let batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, 1);
@@ -340,9 +341,15 @@ fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
     // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `agents`, `budget`, `store`, `webui`,
-    // `model`, `baseline`, `upstream` or `huge` (row 5 alone) runs one part.
+    // `model`, `baseline`, `upstream`, `lookup-servers` (the second half of
+    // `lookup`), `huge` (row 5 alone) or `steps` (a decode step's
+    // cost by its positions, which `lookup` prints first) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if only.as_deref() == Some("steps") {
+        lookup::print_step_costs(true);
+        return;
+    }
     if only.as_deref() == Some("huge") {
         let server = ServerProcess::start(std::thread::available_parallelism().map_or(1, |n| n.get()) as i32);
         let (alone, during, refused) = huge::run(&server.url);
@@ -380,7 +387,7 @@ fn main() {
         println!("the state folder's store:");
         store::run_offline();
     }
-    let served = ["model", "webui", "baseline", "lookup", "upstream", "store", "attachments"];
+    let served = ["model", "webui", "baseline", "lookup", "lookup-servers", "upstream", "store", "attachments"];
     if !served.iter().any(|part| wanted(part)) {
         return;
     }
@@ -419,13 +426,18 @@ fn main() {
         );
         baseline::run(binary, threads);
     }
-    if wanted("lookup") {
+    if wanted("lookup") || only.as_deref() == Some("lookup-servers") {
         baseline::lookup(llama_server(), threads);
     }
     if wanted("upstream") {
         println!();
         upstream::run(llama_server(), threads);
     }
+}
+
+/// The engine's default flash-attention policy, for the bare loops.
+fn flash_attn() -> i32 {
+    skillhost_engine::flash_attention(skillhost_engine::FlashAttn::Auto)
 }
 
 /// llama-server: `LLAMA_SERVER`, else the one `scripts/build-llama-server.sh`

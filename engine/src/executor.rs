@@ -34,11 +34,12 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
+use llama_cpp_sys_2::{LLAMA_FLASH_ATTN_TYPE_DISABLED, LLAMA_FLASH_ATTN_TYPE_ENABLED};
 use tokio::sync::mpsc;
 
 use crate::cells::CellLedger;
 use crate::error::EngineError;
-use crate::load::{backend, context_params, model_info, model_params};
+use crate::load::{backend, context_params, flash_attention, model_info, model_params};
 use crate::lookup::Lookup;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::protocol::{
@@ -80,13 +81,26 @@ pub(crate) fn run(
     let threads = config
         .n_threads
         .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);
-    let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads)) {
+    let flash_attn = flash_attention(config.flash_attn);
+    let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads, flash_attn)) {
         Ok(ctx) => ctx,
         Err(err) => {
             let _ = loaded.send(Err(load_error(format!("cannot create a context of {n_ctx} tokens: {err}"))));
             return;
         }
     };
+    tracing::info!(
+        n_ctx,
+        n_parallel,
+        threads,
+        flash_attn = match flash_attn {
+            LLAMA_FLASH_ATTN_TYPE_ENABLED => "on",
+            LLAMA_FLASH_ATTN_TYPE_DISABLED => "off",
+            _ => "llama.cpp's choice",
+        },
+        spec_lookup = config.spec_lookup,
+        "model context ready"
+    );
     let info = match model_info(&model, &config, n_ctx, n_parallel) {
         Ok(info) => info,
         Err(err) => {

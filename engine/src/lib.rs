@@ -49,12 +49,12 @@ pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolCho
 pub use engine::{at_idle_priority, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
-pub use load::context_params;
+pub use load::{backend, context_params, flash_attention};
 pub use prefix::MIN_SHARED_PREFIX_TOKENS;
 pub use protocol::UpstreamStats;
 pub use protocol::{
-    EngineConfig, EngineStats, Exit, FinishReason, GenerateRequest, GenerationEvent, ModelInfo, Submitted, Timings,
-    BATCH_SIZE,
+    EngineConfig, EngineStats, Exit, FinishReason, FlashAttn, GenerateRequest, GenerationEvent, ModelInfo, Submitted,
+    Timings, BATCH_SIZE,
 };
 pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 pub use sampling::SamplingParams;

@@ -10,18 +10,22 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_sys_2::{
+    llama_flash_attn_type, LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED, LLAMA_FLASH_ATTN_TYPE_ENABLED,
+};
 
 use crate::error::EngineError;
 use crate::format::ChatFormat;
-use crate::protocol::{EngineConfig, ModelInfo, BATCH_SIZE, UBATCH_SIZE};
+use crate::protocol::{EngineConfig, FlashAttn, ModelInfo, BATCH_SIZE, UBATCH_SIZE};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 
 /// llama.cpp's backend is process-global and may be initialized only once per
 /// process, so it outlives any one engine thread: a restarted engine reuses it.
+/// Public so the benchmark's bare loops share it with the engines they run.
 static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
 
-pub(crate) fn backend() -> Result<&'static LlamaBackend, String> {
+pub fn backend() -> Result<&'static LlamaBackend, String> {
     BACKEND
         .get_or_init(|| {
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
@@ -29,6 +33,15 @@ pub(crate) fn backend() -> Result<&'static LlamaBackend, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// llama.cpp's flash-attention policy for `setting`.
+pub fn flash_attention(setting: FlashAttn) -> llama_flash_attn_type {
+    match setting {
+        FlashAttn::Auto => LLAMA_FLASH_ATTN_TYPE_AUTO,
+        FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    }
 }
 
 /// Layers to offload to a GPU: what the operator asked for, else llama.cpp's
@@ -45,8 +58,14 @@ pub(crate) fn model_params(gpu_layers: Option<u32>) -> LlamaModelParams {
 /// The context parameters the engine runs with; public so the benchmark's
 /// bare decode loop runs on exactly the same settings. There is one sequence
 /// more than slots: the one that keeps the shared prefix.
-pub fn context_params(n_ctx: u32, n_parallel: u32, threads: i32) -> LlamaContextParams {
+pub fn context_params(
+    n_ctx: u32,
+    n_parallel: u32,
+    threads: i32,
+    flash_attn: llama_flash_attn_type,
+) -> LlamaContextParams {
     LlamaContextParams::default()
+        .with_flash_attention_policy(flash_attn)
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(BATCH_SIZE)
         .with_n_ubatch(UBATCH_SIZE)

@@ -45,6 +45,27 @@ pub struct EngineConfig {
     /// Generating sequences draft tokens from their own context and verify
     /// them in the batch (`--spec-lookup`; see `lookup`).
     pub spec_lookup: bool,
+    /// Whether attention runs as llama.cpp's fused flash-attention kernel.
+    pub flash_attn: FlashAttn,
+}
+
+/// `--flash-attn`, as llama-server's `-fa`.
+///
+/// The trade on the CPU: ggml's fused kernel makes each decode step pay
+/// more for every token of context than the unfused one, and a step of
+/// several positions (checking drafts) cost nearly a whole step per
+/// position. Without it prefill is slower, and llama.cpp rounds attention
+/// differently for a step of one position than for several, so drafted
+/// greedy output can differ from undrafted at a near tie. Figures in
+/// docs/deployment.md (`skillhost-bench steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlashAttn {
+    /// llama.cpp's own choice: on wherever the device supports it, the CPU
+    /// included.
+    #[default]
+    Auto,
+    On,
+    Off,
 }
 
 /// Facts about the loaded model.

@@ -24,7 +24,7 @@ use skillhost_actors::skills::SkillsConfig;
 use skillhost_actors::store::{Retention, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, MIN_MAX_BYTES};
 use skillhost_actors::workspace::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
-use skillhost_engine::{EngineConfig, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
+use skillhost_engine::{EngineConfig, FlashAttn, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 
 pub const DEFAULT_HOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 pub const DEFAULT_PORT: u16 = 5000;
@@ -237,6 +237,9 @@ pub struct ServeArgs {
     /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same output
     #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", help_heading = MODEL)]
     pub spec_lookup: bool,
+    /// llama.cpp's flash attention (auto, on or off), as llama-server's -fa; on the CPU, off decodes faster at long context and makes --spec-lookup pay, but prefills slower (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it]
+    #[arg(long = "flash-attn", env = "SKILLHOST_FLASH_ATTN", help_heading = MODEL)]
+    pub flash_attn: Option<FlashAttnArg>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
     #[arg(long, env = "SKILLHOST_TEMPERATURE", help_heading = MODEL)]
     pub temperature: Option<f32>,
@@ -410,6 +413,25 @@ pub enum MultiAgentArg {
     /// On every request of a model that can call tools.
     Always,
     Off,
+}
+
+/// `--flash-attn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAttnArg {
+    Auto,
+    On,
+    Off,
+}
+
+impl From<FlashAttnArg> for FlashAttn {
+    fn from(arg: FlashAttnArg) -> Self {
+        match arg {
+            FlashAttnArg::Auto => FlashAttn::Auto,
+            FlashAttnArg::On => FlashAttn::On,
+            FlashAttnArg::Off => FlashAttn::Off,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -1031,6 +1053,7 @@ impl ServeArgs {
                 gpu_layers: self.gpu_layers,
                 prefix_cache: self.prefix_cache,
                 spec_lookup: self.spec_lookup,
+                flash_attn: self.flash_attn.map_or(FlashAttn::Auto, FlashAttn::from),
             },
             remote,
             replica_id: self.replica_id.clone(),
@@ -1433,6 +1456,23 @@ skills-watch: true
 ",
         );
         assert_eq!(args(vec![], vec![off]).unwrap(), None);
+    }
+
+    #[test]
+    fn flash_attention_is_llama_cpps_choice_unless_a_flag_or_file_sets_it() {
+        let dir = dir();
+        let model = write(dir.path(), "m.gguf", "");
+        let model = model.to_string_lossy();
+        let flash = |extra: &[&str]| {
+            from_args(&[&["--model", &model, "--no-skills"], extra].concat()).map(|config| config.engine.flash_attn)
+        };
+        assert_eq!(flash(&[]).unwrap(), FlashAttn::Auto);
+        assert_eq!(flash(&["--flash-attn", "off"]).unwrap(), FlashAttn::Off);
+        assert_eq!(flash(&["--flash-attn", "on"]).unwrap(), FlashAttn::On);
+        let file = write(dir.path(), "f.yaml", "flash-attn: off\n");
+        assert_eq!(flash(&["--config", &file.to_string_lossy()]).unwrap(), FlashAttn::Off);
+        let err = flash(&["--flash-attn", "fast"]).unwrap_err().0;
+        assert!(err.contains("fast") && err.contains("auto"), "{err}");
     }
 
     #[test]
