@@ -202,12 +202,14 @@ pub fn run() {
     }
     println!("speculative decoding from the context (greedy, --flash-attn off, {RUNS} runs each, drafting on ÷ off):");
     for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
-        let mut ratios = Vec::new();
+        let (mut ratios, mut offs, mut ons) = (Vec::new(), Vec::new(), Vec::new());
         let (mut drafted, mut kept, mut same) = (0, 0, None);
         for run in 0..RUNS {
             let (off, off_texts, _, _) = runtime.block_on(workload(&plain, prompts));
             let (on, on_texts, d, k) = runtime.block_on(workload(&drafting, prompts));
             ratios.push(on / off);
+            offs.push(off);
+            ons.push(on);
             drafted += d;
             kept += k;
             // Later runs find their prompt cached, which changes how it is
@@ -220,7 +222,9 @@ pub fn run() {
         }
         let (mid, low, high) = median(ratios);
         println!(
-            "  {name:<26} {mid:.2}x (min {low:.2}x, max {high:.2}x); {kept} of {drafted} drafted tokens kept{}",
+            "  {name:<26} {mid:.2}x (min {low:.2}x, max {high:.2}x; {:.1} tok/s on, {:.1} off); {kept} of {drafted} drafted tokens kept{}",
+            median(ons).0,
+            median(offs).0,
             same.map_or(String::new(), |same| format!("; same text on a cold cache: {same}"))
         );
     }
