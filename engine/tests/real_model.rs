@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use skillhost_engine::{
-    ChatMessage, Conversation, Engine, EngineConfig, FinishReason, GenerateRequest, GenerationEvent, ResponseFormat,
-    Role, SamplingParams, Timings, ToolChoice, BATCH_SIZE, MIN_SHARED_PREFIX_TOKENS,
+    ChatMessage, Conversation, Engine, EngineConfig, FinishReason, FlashAttn, GenerateRequest, GenerationEvent,
+    ResponseFormat, Role, SamplingParams, Timings, ToolChoice, BATCH_SIZE, MIN_SHARED_PREFIX_TOKENS,
 };
 
 fn model_path() -> PathBuf {
@@ -127,6 +127,26 @@ async fn stop_strings_and_max_tokens() {
     let (out, reason, _) = generate(&engine, request).await;
     assert_eq!(reason, FinishReason::Stop);
     assert!(!out.contains('3'), "stop string leaked: {out}");
+}
+
+#[tokio::test]
+async fn every_flash_attention_setting_loads_and_decodes_with_drafting_on() {
+    for flash_attn in [FlashAttn::Auto, FlashAttn::On, FlashAttn::Off] {
+        let config = EngineConfig {
+            model_path: model_path(),
+            n_ctx: Some(1024),
+            n_parallel: 1,
+            spec_lookup: true,
+            flash_attn,
+            ..Default::default()
+        };
+        let engine = start_with(config);
+        let text = prompt(&engine, &[ChatMessage::new(Role::User, "Count from 1 to 20, separated by commas.")]);
+        let sampling = SamplingParams { ignore_eos: true, ..greedy() };
+        let request = GenerateRequest { prompt: text, sampling, max_tokens: Some(24), ..Default::default() };
+        let (_, reason, timings) = generate(&engine, request).await;
+        assert_eq!((reason, timings.predicted_n), (FinishReason::Length, 24), "{flash_attn:?}");
+    }
 }
 
 #[tokio::test]
