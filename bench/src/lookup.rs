@@ -1,11 +1,12 @@
 //! Speculative decoding from the context (`--spec-lookup`): the same greedy
 //! requests on two engines in this process, drafting off and on, one run
 //! of each in turn so drift in the machine's speed hits both alike. Three
-//! workloads: a copy-heavy turn (a 150-line file rewritten with one name
-//! changed), prose that repeats nothing, and 8 concurrent streams mixing
-//! both. The figure is decode speed (generated tokens over the time after
-//! the first token) with drafting against without; a single stream's first
-//! output is also checked to be the same text. The same workloads against
+//! workloads: a copy-heavy turn (a 149-line file to rewrite with one name
+//! changed, which the model copies), prose that repeats nothing, and 8
+//! concurrent streams mixing both. The figure is decode speed (generated
+//! tokens over the time after the first token) with drafting against
+//! without; a single stream's first output is also checked to be the same
+//! text, and the copy's lines counted against the file. The same workloads against
 //! llama-server with and without its own n-gram speculation, through both
 //! servers' HTTP, are `baseline::lookup`.
 
@@ -26,24 +27,30 @@ const RUNS: usize = 3;
 /// Rounds of [`step_costs`]; the median is reported.
 const STEP_REPS: usize = 21;
 
-/// A 150-line Python file.
+/// A 149-line Python file: fifty two-line functions. The 135M model copies
+/// this one when asked to rewrite it; given functions of four lines with
+/// docstrings, it describes them in prose instead.
 fn file() -> String {
-    let mut lines = Vec::new();
-    for i in 0..30 {
-        lines.push(format!("def shape_{i}(width, height):"));
-        lines.push(format!("    \"\"\"The area of shape {i}.\"\"\""));
-        lines.push(format!("    scale = {}", i + 1));
-        lines.push("    return width * height * scale".to_string());
-        lines.push(String::new());
-    }
-    lines.join("\n")
+    let functions: Vec<String> = (0..50).map(|i| format!("def shape_{i}(x):\n    return x * {}", i + 1)).collect();
+    functions.join("\n\n")
 }
 
 pub(crate) fn copy_prompt() -> String {
     format!(
-        "Rewrite this file with `scale` renamed to `factor`. Print the whole file and nothing else.\n\n```python\n{}\n```",
+        "Rewrite this code with `x` renamed to `value`. Print the whole code and nothing else.\n\n```python\n{}\n```",
         file()
     )
+}
+
+/// How many of `text`'s non-blank lines are lines of the copied file,
+/// renamed or not, and how many non-blank lines it has: whether the model
+/// copied, which decides what drafting from the context can gain.
+pub(crate) fn copied_lines(text: &str) -> (usize, usize) {
+    let file = file();
+    let renamed = file.replace('x', "value");
+    let known: std::collections::HashSet<&str> = file.lines().chain(renamed.lines()).collect();
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    (lines.iter().filter(|line| known.contains(*line)).count(), lines.len())
 }
 
 pub(crate) fn prose_prompt(topic: &str) -> String {
@@ -170,26 +177,12 @@ pub fn print_step_costs(more: bool) {
 }
 
 fn flash_attn_off() -> i32 {
-    skillhost_engine::flash_attention(FlashAttn::Off)
+    skillhost_engine::flash_attention(FlashAttn::Off, false)
 }
 
 pub fn run() {
     print_step_costs(false);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    let model = PathBuf::from(super::MODEL);
-    let start = |spec_lookup| {
-        let config = EngineConfig {
-            model_path: model.clone(),
-            n_ctx: Some(8192),
-            n_parallel: 8,
-            spec_lookup,
-            // Where drafting pays on the CPU (see `FlashAttn`).
-            flash_attn: FlashAttn::Off,
-            ..Default::default()
-        };
-        Engine::start(config).expect("the engine").0
-    };
-    let (plain, drafting) = runtime.block_on(async { (start(false), start(true)) });
     let copy = vec![(copy_prompt(), 400)];
     let prose = vec![(prose_prompt("a lighthouse keeper"), 300)];
     let mut mixed = Vec::new();
@@ -200,32 +193,57 @@ pub fn run() {
             (prose_prompt(&format!("a traveller, day {i}")), 300)
         });
     }
-    println!("speculative decoding from the context (greedy, --flash-attn off, {RUNS} runs each, drafting on ÷ off):");
+    // Drafting as the engine runs it by default (flash attention auto,
+    // which drafting turns off on the CPU) against the same attention
+    // without drafting.
+    let start = |spec_lookup, flash_attn| {
+        let config = EngineConfig {
+            model_path: PathBuf::from(super::MODEL),
+            n_ctx: Some(8192),
+            n_parallel: 8,
+            spec_lookup,
+            flash_attn,
+            ..Default::default()
+        };
+        Engine::start(config).expect("the engine").0
+    };
+    let (plain, drafting) = runtime.block_on(async { (start(false, FlashAttn::Off), start(true, FlashAttn::Auto)) });
+    println!("speculative decoding from the context (greedy, {RUNS} runs each, --spec-lookup ÷ --flash-attn off):");
     for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
-        let (mut ratios, mut offs, mut ons) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut drafted, mut kept, mut same) = (0, 0, None);
-        for run in 0..RUNS {
-            let (off, off_texts, _, _) = runtime.block_on(workload(&plain, prompts));
-            let (on, on_texts, d, k) = runtime.block_on(workload(&drafting, prompts));
-            ratios.push(on / off);
-            offs.push(off);
-            ons.push(on);
-            drafted += d;
-            kept += k;
-            // Later runs find their prompt cached, which changes how it is
-            // decoded and so the rounding; concurrent streams share steps
-            // in whatever mix their timing gives. The first run of one
-            // stream is the like-for-like one.
-            if run == 0 && prompts.len() == 1 {
-                same = Some(off_texts == on_texts);
+        measure(&runtime, (&plain, &drafting), name, prompts);
+    }
+}
+
+/// One workload's runs on both engines, in turn, and its line.
+fn measure(runtime: &tokio::runtime::Runtime, engines: (&Engine, &Engine), name: &str, prompts: &[(String, u32)]) {
+    let (plain, drafting) = engines;
+    let (mut ratios, mut offs, mut ons) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut drafted, mut kept, mut same, mut copied) = (0, 0, None, (0, 0));
+    for run in 0..RUNS {
+        let (off, off_texts, _, _) = runtime.block_on(workload(plain, prompts));
+        let (on, on_texts, d, k) = runtime.block_on(workload(drafting, prompts));
+        ratios.push(on / off);
+        offs.push(off);
+        ons.push(on);
+        drafted += d;
+        kept += k;
+        // Later runs find their prompt cached, which changes how it is
+        // decoded and so the rounding; concurrent streams share steps
+        // in whatever mix their timing gives. The first run of one
+        // stream is the like-for-like one.
+        if run == 0 && prompts.len() == 1 {
+            same = Some(off_texts == on_texts);
+            if prompts[0].0 == copy_prompt() {
+                copied = copied_lines(&off_texts[0]);
             }
         }
-        let (mid, low, high) = median(ratios);
-        println!(
-            "  {name:<26} {mid:.2}x (min {low:.2}x, max {high:.2}x; {:.1} tok/s on, {:.1} off); {kept} of {drafted} drafted tokens kept{}",
-            median(ons).0,
-            median(offs).0,
-            same.map_or(String::new(), |same| format!("; same text on a cold cache: {same}"))
-        );
     }
+    let (mid, low, high) = median(ratios);
+    let copied = if copied.1 > 0 { format!("; {} of {} lines copied", copied.0, copied.1) } else { String::new() };
+    println!(
+        "  {name:<26} {mid:.2}x (min {low:.2}x, max {high:.2}x; {:.1} tok/s on, {:.1} off); {kept} of {drafted} drafted tokens kept{}{copied}",
+        median(ons).0,
+        median(offs).0,
+        same.map_or(String::new(), |same| format!("; same text on a cold cache: {same}"))
+    );
 }

@@ -81,7 +81,7 @@ pub(crate) fn run(
     let threads = config
         .n_threads
         .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);
-    let flash_attn = flash_attention(config.flash_attn);
+    let flash_attn = flash_attention(config.flash_attn, config.spec_lookup);
     let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads, flash_attn)) {
         Ok(ctx) => ctx,
         Err(err) => {

@@ -35,9 +35,25 @@ pub fn backend() -> Result<&'static LlamaBackend, String> {
         .map_err(Clone::clone)
 }
 
-/// llama.cpp's flash-attention policy for `setting`.
-pub fn flash_attention(setting: FlashAttn) -> llama_flash_attn_type {
+/// Whether llama.cpp was built with a GPU backend.
+pub const GPU_BUILD: bool = cfg!(any(feature = "cuda", feature = "vulkan"));
+
+/// llama.cpp's flash-attention policy for `setting`, with `drafting` on
+/// (`--spec-lookup`) or off.
+///
+/// Drafting checks a step of several positions and must get from each the
+/// logits a step of that one position would give, or greedy output would
+/// change where two tokens nearly tie. On the CPU, ggml's fused attention
+/// does not: from 512 cells of context on, it splits a one-position step's
+/// context across threads and adds the parts up in another order than it
+/// adds up a step of several. Its unfused kernels compute every dot product
+/// whole, one row at a time, whatever the step holds (with llamafile's
+/// tinyBLAS left out: `.cargo/config.toml`). So drafting on the CPU turns
+/// the fused kernel off; the configuration refuses `--flash-attn on` with
+/// `--spec-lookup` there.
+pub fn flash_attention(setting: FlashAttn, drafting: bool) -> llama_flash_attn_type {
     match setting {
+        FlashAttn::Auto if drafting && !GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_DISABLED,
         FlashAttn::Auto => LLAMA_FLASH_ATTN_TYPE_AUTO,
         FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
         FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,

@@ -28,8 +28,11 @@ pub const MAX_STEP_TOKENS_WITH_DRAFTS: usize = 8;
 /// The draft length a sequence starts with, and returns to after a pause.
 pub const START_DRAFT: usize = 4;
 /// The longest and shortest runs looked up; a longer match is tried first,
-/// as it predicts better.
-pub const MAX_NGRAM: usize = 4;
+/// as it predicts better. Long enough to tell apart places in text that
+/// repeats a pattern with small changes (a file of similar functions): a
+/// run of 4 ends the same in each of them and drafts what followed the
+/// latest one, where the copy follows another.
+pub const MAX_NGRAM: usize = 12;
 pub const MIN_NGRAM: usize = 2;
 /// Drafts in a row with nothing kept after which a sequence pauses.
 pub const MISSES_BEFORE_PAUSE: u32 = 4;
@@ -145,6 +148,18 @@ mod tests {
         // Room bounds the draft.
         assert_eq!(lookup.draft(&split("abcdefab"), 'c', 2), split("de"));
         assert!(lookup.draft(&split("abcab"), 'c', 0).is_empty());
+    }
+
+    #[test]
+    fn a_copy_of_similar_lines_drafts_from_the_line_it_is_copying() {
+        // The prompt holds two lines that differ only at their ends; the
+        // output has copied the first and most of the second. The last
+        // four tokens ("cdef") were last seen in the output's first line,
+        // followed by "Q"; the longest run that recurs ("P2abcdef") is the
+        // second line's, followed by "R".
+        let mut lookup = Lookup::default();
+        let history = split("P1abcdefQP2abcdefR P1abcdefQP2abcde");
+        assert_eq!(lookup.draft(&history, 'f', 2), split("R "));
     }
 
     #[test]

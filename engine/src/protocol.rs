@@ -54,15 +54,13 @@ pub struct EngineConfig {
 /// The trade on the CPU: ggml's fused kernel makes each decode step pay
 /// more for every token of context than the unfused one, and a step of
 /// several positions (checking drafts) cost nearly a whole step per
-/// position. Without it prefill is slower, and ggml's tinyBLAS kernels
-/// round attention differently for a step of several positions than its
-/// own kernel does for one, so drafted greedy output can differ from
-/// undrafted at a near tie (not with `GGML_LLAMAFILE=OFF`). Figures in
-/// docs/deployment.md (`skillhost-bench steps`).
+/// position; without it prefill is slower. Drafting needs it off on the
+/// CPU (see `flash_attention`). Figures in docs/deployment.md
+/// (`skillhost-bench steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlashAttn {
-    /// llama.cpp's own choice: on wherever the device supports it, the CPU
-    /// included.
+    /// llama.cpp's own choice, on wherever the device supports it, the CPU
+    /// included; off on the CPU while drafting.
     #[default]
     Auto,
     On,
