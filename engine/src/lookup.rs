@@ -21,10 +21,12 @@
 /// Most tokens drafted in one step for one sequence.
 pub const MAX_DRAFT: usize = 16;
 /// Tokens one step may hold with its drafts: drafts only fill a batch up
-/// to this. Checking a draft costs a decode position, nearly free while the
-/// step is small (reading the weights dominates) and a full position's
-/// compute once several sequences already share it.
-pub const MAX_STEP_TOKENS_WITH_DRAFTS: usize = 8;
+/// to this. A lone stream may draft its longest draft; with several, the
+/// streams' own tokens take places first. On two CPU cores with the 135M
+/// model each position past the first costs about 0.4 of a one-position
+/// step (`skillhost-bench steps`), so a draft pays while more than 0.4 of
+/// its tokens are kept; lookup pauses a sequence whose drafts keep failing.
+pub const MAX_STEP_TOKENS_WITH_DRAFTS: usize = MAX_DRAFT + 1;
 /// The draft length a sequence starts with, and returns to after a pause.
 pub const START_DRAFT: usize = 4;
 /// The longest and shortest runs looked up; a longer match is tried first,
