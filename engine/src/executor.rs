@@ -34,12 +34,11 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
-use llama_cpp_sys_2::{LLAMA_FLASH_ATTN_TYPE_DISABLED, LLAMA_FLASH_ATTN_TYPE_ENABLED};
 use tokio::sync::mpsc;
 
 use crate::cells::CellLedger;
 use crate::error::EngineError;
-use crate::load::{backend, context_params, flash_attention, model_info, model_params};
+use crate::load::{backend, context_params, flash_attention, flash_attention_name, model_info, model_params};
 use crate::lookup::Lookup;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::protocol::{
@@ -93,11 +92,7 @@ pub(crate) fn run(
         n_ctx,
         n_parallel,
         threads,
-        flash_attn = match flash_attn {
-            LLAMA_FLASH_ATTN_TYPE_ENABLED => "on",
-            LLAMA_FLASH_ATTN_TYPE_DISABLED => "off",
-            _ => "llama.cpp's choice",
-        },
+        flash_attn = flash_attention_name(flash_attn),
         spec_lookup = config.spec_lookup,
         "model context ready"
     );
@@ -113,7 +108,10 @@ pub(crate) fn run(
         return;
     }
     let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok()).unwrap_or_default();
-    let saved = config.prefix_cache.as_deref().and_then(|dir| SavedPrefix::new(dir, &config.model_path, &template));
+    let saved = config
+        .prefix_cache
+        .as_deref()
+        .and_then(|dir| SavedPrefix::new(dir, &config.model_path, &template, flash_attention_name(flash_attn)));
     let mut executor = Executor::new(&model, ctx, n_parallel as usize, tokenizer, stats, saved);
     executor.spec_lookup = config.spec_lookup && executor.partial_removal_ok;
     executor.restore_prefix();

@@ -60,6 +60,15 @@ pub fn flash_attention(setting: FlashAttn, drafting: bool) -> llama_flash_attn_t
     }
 }
 
+/// How logs and the saved prefix's record name a flash-attention policy.
+pub(crate) fn flash_attention_name(policy: llama_flash_attn_type) -> &'static str {
+    match policy {
+        LLAMA_FLASH_ATTN_TYPE_ENABLED => "on",
+        LLAMA_FLASH_ATTN_TYPE_DISABLED => "off",
+        _ => "llama.cpp's choice",
+    }
+}
+
 /// Layers to offload to a GPU: what the operator asked for, else llama.cpp's
 /// default, which is every layer when a GPU backend is compiled in (the CPU
 /// build has nowhere to put them and ignores it).

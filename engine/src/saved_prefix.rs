@@ -7,7 +7,8 @@
 //! whenever it changes: llama.cpp's own sequence state (the KV cells and the
 //! tokens) and a small JSON record of what it is for, with the state's
 //! SHA-256. At start-up the record is read first; a prefix saved for another
-//! model file or chat template is ignored with a log line, and so is a state
+//! model file, chat template or attention setting is ignored with a log
+//! line, and so is a state
 //! whose digest differs (cut short, damaged or replaced: llama.cpp's reader
 //! checks shapes, not contents, so it only ever gets back bytes it wrote).
 //!
@@ -37,7 +38,7 @@ use sha2::{Digest, Sha256};
 /// in at least one; reading them takes milliseconds for any model size.
 pub const MODEL_ID_BYTES: u64 = 4 * 1024 * 1024;
 /// Version of the record; a record of another version is ignored.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 /// The key records are signed with, in the prefix folder.
 pub const KEY_FILE: &str = ".skillhost-prefix-key";
 /// Bytes of that key.
@@ -51,6 +52,10 @@ struct Record {
     model: String,
     /// SHA-256 of the chat template source.
     template: String,
+    /// The flash-attention setting the context ran with: unfused attention
+    /// keeps V transposed in the cache, so a state saved under one layout
+    /// cannot be read under the other (llama.cpp refuses it part-way).
+    attention: String,
     /// Tokens in the prefix.
     tokens: usize,
     /// SHA-256 of the state file.
@@ -91,12 +96,14 @@ pub struct SavedPrefix {
     record: PathBuf,
     model: String,
     template: String,
+    attention: String,
     key: Vec<u8>,
 }
 
 impl SavedPrefix {
-    /// The files for this model in `dir`, which is created if missing.
-    pub fn new(dir: &Path, model_path: &Path, template: &str) -> Option<Self> {
+    /// The files for this model in `dir`, which is created if missing;
+    /// `attention` names the flash-attention setting the context runs with.
+    pub fn new(dir: &Path, model_path: &Path, template: &str, attention: &str) -> Option<Self> {
         let model = match model_identity(model_path) {
             Ok(id) => id,
             Err(err) => {
@@ -121,6 +128,7 @@ impl SavedPrefix {
             record: dir.join(format!("{stem}.json")),
             model,
             template: hex(&Sha256::digest(template.as_bytes())),
+            attention: attention.to_owned(),
             key,
         })
     }
@@ -149,6 +157,7 @@ impl SavedPrefix {
                     format: FORMAT,
                     model: self.model.clone(),
                     template: self.template.clone(),
+                    attention: self.attention.clone(),
                     tokens: tokens.len(),
                     state: file_digest(&state_part).map_err(|err| err.to_string())?,
                     block: text.map(|t| hex(&Sha256::digest(t.as_bytes()))),
@@ -201,6 +210,8 @@ impl SavedPrefix {
             Some("another model file")
         } else if record.template != self.template {
             Some("another chat template")
+        } else if record.attention != self.attention {
+            Some("another --flash-attn setting")
         } else if record.tokens >= n_ctx {
             Some("a larger context")
         } else {
@@ -351,6 +362,7 @@ mod tests {
             format: FORMAT,
             model: "m".repeat(64),
             template: "t".repeat(64),
+            attention: "off".into(),
             tokens: 12,
             state: "s".repeat(64),
             block: None,

@@ -29,11 +29,19 @@ fn start_with(config: EngineConfig) -> Engine {
 
 /// Starts an engine with its shared prefix saved in `dir`.
 fn start_saving(dir: &Path) -> (Engine, tokio::sync::oneshot::Receiver<skillhost_engine::Exit>) {
+    start_saving_with(dir, FlashAttn::Auto)
+}
+
+fn start_saving_with(
+    dir: &Path,
+    flash_attn: FlashAttn,
+) -> (Engine, tokio::sync::oneshot::Receiver<skillhost_engine::Exit>) {
     let config = EngineConfig {
         model_path: model_path(),
         n_ctx: Some(4096),
         n_parallel: 3,
         prefix_cache: Some(dir.to_path_buf()),
+        flash_attn,
         ..Default::default()
     };
     match Engine::start(config) {
@@ -351,6 +359,25 @@ async fn the_shared_prefix_survives_a_restart_and_is_ignored_for_another_model()
     assert_eq!(answer, expected);
     drop(engine);
     let _ = exit.await;
+
+    // The same files under the other attention layout (unfused attention
+    // keeps V transposed in the cache): ignored, and the engine answers as a
+    // fresh one with that setting does.
+    let (engine, exit) = start_saving_with(dir.path(), FlashAttn::Off);
+    let (answer, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
+    assert_eq!(timings.copied_n, 0, "a prefix saved under another attention layout was used: {timings:?}");
+    drop(engine);
+    let _ = exit.await;
+    let fresh = start_with(EngineConfig {
+        model_path: model_path(),
+        n_ctx: Some(4096),
+        n_parallel: 1,
+        flash_attn: FlashAttn::Off,
+        ..Default::default()
+    });
+    let (unfused, _, _) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
+    assert_eq!(answer, unfused);
+    drop(fresh);
 
     // The same state behind a record someone without the key rewrote (a
     // prefix text of theirs): ignored.
