@@ -8,9 +8,9 @@
 //! tokens) and a small JSON record of what it is for, with the state's
 //! SHA-256. At start-up the record is read first; a prefix saved for another
 //! model file, chat template or attention setting is ignored with a log
-//! line, and so is a state
-//! whose digest differs (cut short, damaged or replaced: llama.cpp's reader
-//! checks shapes, not contents, so it only ever gets back bytes it wrote).
+//! line, and so is a state whose digest differs (cut short, damaged or
+//! replaced: llama.cpp's reader checks shapes, not contents, so it only ever
+//! gets back bytes it wrote).
 //!
 //! The folder is the operator's, named in the configuration; nothing a request
 //! or a sandboxed command sends ever shapes these paths. It may still be
