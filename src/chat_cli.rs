@@ -162,7 +162,7 @@ async fn wait_for_model(server: &Server, config: &ServeConfig, terminal: &mut Te
     match status {
         ModelStatus::Ready { .. } => Ok(()),
         ModelStatus::Failed(reason) => Err(format!("the model did not load: {reason}")),
-        ModelStatus::Loading => Err("the model is still loading".into()),
+        ModelStatus::Loading | ModelStatus::Unloaded => Err("the model is still loading".into()),
     }
 }
 

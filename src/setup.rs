@@ -14,7 +14,7 @@ use actix_web::web;
 use std::path::{Path, PathBuf};
 
 use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
-use skillhost_actors::model::ModelSource;
+use skillhost_actors::model::{Catalog, ModelEntry, ModelSource};
 use skillhost_actors::sandbox::ca::CaError;
 use skillhost_actors::sandbox::egress::Egress;
 use skillhost_actors::sandbox::interpreters::{InterpreterError, Interpreters, SEARCH_PATH};
@@ -60,6 +60,9 @@ pub enum StartupError {
     /// The actor system refused the settings (a `--skill` nobody registered).
     #[error(transparent)]
     Actors(#[from] StartError),
+    /// The configured models do not make a catalog (a duplicate name).
+    #[error("{0}")]
+    Models(#[from] skillhost_actors::model::catalog::CatalogError),
     #[error("cannot set up metrics: {0}")]
     Metrics(prometheus::Error),
     /// `--state-dir`'s store cannot be opened (damaged, newer, in use).
@@ -80,6 +83,43 @@ fn failed(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Sta
     move |source| StartupError::Create { what, path, source }
 }
 
+/// The models `config` offers: the upstream fleet as one model, or every
+/// GGUF by its name, sized by its files until it is first loaded.
+fn catalog(config: &ServeConfig) -> Result<Catalog, StartupError> {
+    if let Some(remote) = &config.remote {
+        return Ok(Catalog::single(ModelSource::Remote(remote.clone())));
+    }
+    if config.models.len() <= 1 {
+        let mut catalog = Catalog::single(ModelSource::Load(config.engine.clone()));
+        catalog.limits = config.model_limits;
+        return Ok(catalog);
+    }
+    let entries = config
+        .models
+        .iter()
+        .map(|engine| ModelEntry {
+            name: engine.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&engine.model_path)),
+            bytes: model_file_bytes(&engine.model_path),
+            source: ModelSource::Load(engine.clone()),
+        })
+        .collect();
+    Ok(Catalog::new(entries, None, config.model_limits)?)
+}
+
+/// A model's size on disk: its file, or every part of a split model
+/// (`name-00001-of-00003.gguf` and its siblings).
+fn model_file_bytes(path: &std::path::Path) -> u64 {
+    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    match name.rsplit_once("-00001-of-") {
+        Some((base, rest)) => {
+            let total: u32 = rest.trim_end_matches(".gguf").parse().unwrap_or(1);
+            (1..=total).map(|part| size(&path.with_file_name(format!("{base}-{part:05}-of-{rest}")))).sum()
+        }
+        None => size(path),
+    }
+}
+
 /// The folders a running server made for itself, removed when dropped.
 pub type OwnFolders = Vec<sandbox_cli::OwnedDir>;
 
@@ -89,10 +129,7 @@ pub type OwnFolders = Vec<sandbox_cli::OwnedDir>;
 pub async fn start_server(config: &ServeConfig) -> Result<(Server, OwnFolders), StartupError> {
     let (exec, artifacts, own_folders) = exec_runtime(config).await?;
     let server = Server::start(ServerConfig {
-        model: match &config.remote {
-            Some(remote) => ModelSource::Remote(remote.clone()),
-            None => ModelSource::Load(config.engine.clone()),
-        },
+        models: catalog(config)?,
         skills: config.skills.clone(),
         loop_settings: config.loop_settings,
         exec,

@@ -110,7 +110,7 @@ fn every_pair_of_layers_for_a_switch_a_number_a_path_and_a_list() {
     // Unset keys fall back to their defaults.
     let bare = effective(d, &["--model", "m.gguf"], &[]);
     assert_eq!(value_of(&bare, "port"), None);
-    assert_eq!(value_of(&bare, "model"), Some(("m.gguf".into(), "the command line".into())));
+    assert_eq!(value_of(&bare, "model"), Some(("[m.gguf]".into(), "the command line".into())));
 }
 
 #[test]

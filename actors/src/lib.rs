@@ -50,4 +50,4 @@ pub mod workspace;
 
 pub use request::{ChatError, ChatEvent, ChatFinish, ChatRequest, Usage};
 pub use server::{ChatStream, Server, ServerConfig, SkillsHandle, StartError};
-pub use supervisor::ModelStatus;
+pub use supervisor::{ModelStatus, ModelView, ModelsView};

@@ -6,6 +6,9 @@ use skillhost_engine::{ChatMessage, ResponseFormat, SamplingParams, Timings, Too
 /// A validated chat request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatRequest {
+    /// The model it runs on, as the client named it; `None` is the
+    /// server's default model.
+    pub model: Option<String>,
     pub messages: Vec<ChatMessage>,
     /// The caller's own tools: returned as calls, never executed here.
     pub tools: Vec<ToolDef>,
@@ -85,6 +88,9 @@ pub enum ChatError {
     /// No model is loaded right now: it is loading or restarting (HTTP 503).
     #[error("{0}")]
     Unavailable(String),
+    /// The request names a model this server does not offer (HTTP 404).
+    #[error("{0}")]
+    ModelNotFound(String),
     /// The engine failed while running the request (HTTP 500).
     #[error("{0}")]
     Engine(String),

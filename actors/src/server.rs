@@ -11,14 +11,14 @@ use crate::artifacts::{ArtifactStore, Artifacts};
 use crate::chat_loop::agents::{self, AgentStats};
 use crate::chat_loop::{LoopMsg, LoopSettings, MultiAgent};
 use crate::conversations::Conversations;
-use crate::model::ModelSource;
+use crate::model::{Catalog, ModelBackend, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
 use crate::skills::actor::SkillsMsg;
 use crate::skills::install::InstallError;
 use crate::skills::outcomes::SkillOutcomes;
 use crate::skills::{Changes, SkillsConfig, SkillsError, Snapshot};
-use crate::supervisor::{ModelStatus, Supervisor, SupervisorArgs, SupervisorMsg};
+use crate::supervisor::{ModelStatus, ModelsView, Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::tools::mcp::config::McpServerConfig;
 use crate::tools::mcp::hub::{HubSettings, McpHub};
 
@@ -27,16 +27,19 @@ const RESCAN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an install may take: a 256 MB archive on a slow disk.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How long starting a request may wait for the supervisor, which spawns
-/// each request's loop actor (and with it a workspace) in its mailbox. A
-/// model loads outside it, so a load in progress never counts here.
-const START_TIMEOUT_MS: u64 = 120_000;
+/// How long starting a request may wait for the supervisor beyond the wait
+/// for its model (which the supervisor bounds by `--turn-timeout`): it
+/// spawns each request's loop actor (and with it a workspace) in its
+/// mailbox.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A cheap, clonable handle to the running actor system.
 #[derive(Clone)]
 pub struct Server {
     supervisor: ActorRef<SupervisorMsg>,
-    status: watch::Receiver<ModelStatus>,
+    status: watch::Receiver<Arc<ModelsView>>,
+    /// How long a request may wait for its model, then to start.
+    start_timeout: Duration,
     skills: Option<SkillsHandle>,
     exec: Option<Arc<ExecRuntime>>,
     /// The store of produced files, when commands may run.
@@ -58,7 +61,8 @@ pub struct Server {
 /// What the server is started with.
 #[derive(Debug)]
 pub struct ServerConfig {
-    pub model: ModelSource,
+    /// The models it serves; the default one loads at start.
+    pub models: Catalog,
     /// `None` turns skills off (`--no-skills`).
     pub skills: Option<SkillsConfig>,
     pub loop_settings: LoopSettings,
@@ -78,7 +82,7 @@ impl ServerConfig {
     /// A server for a model file, with default loop settings.
     pub fn new(engine: EngineConfig, skills: Option<SkillsConfig>) -> Self {
         ServerConfig {
-            model: ModelSource::Load(engine),
+            models: Catalog::single(ModelSource::Load(engine)),
             skills,
             loop_settings: LoopSettings::default(),
             exec: None,
@@ -208,7 +212,9 @@ impl Server {
     /// Starts the supervisor: the skills registry is scanned before this
     /// returns; the model loads in the background.
     pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
-        let (status_tx, status) = watch::channel(ModelStatus::Loading);
+        let initial = crate::supervisor::initial_view(&config.models);
+        let (status_tx, status) = watch::channel(Arc::new(initial));
+        let start_timeout = config.loop_settings.turn_timeout + START_TIMEOUT;
         let install_dir = config.skills.as_ref().and_then(|s| s.install_dir.clone());
         let installable = install_dir.is_some();
         let selected = config.skills.as_ref().map(|s| s.selected.clone()).unwrap_or_default();
@@ -234,7 +240,7 @@ impl Server {
             Arc::new(McpHub::new(config.mcp_servers, settings))
         });
         let args = SupervisorArgs {
-            engine: config.model,
+            models: config.models,
             loop_settings: config.loop_settings,
             exec: config.exec.clone(),
             artifacts: config.artifacts,
@@ -271,6 +277,7 @@ impl Server {
         Ok(Server {
             supervisor,
             status,
+            start_timeout,
             skills,
             exec: config.exec,
             artifacts,
@@ -329,17 +336,44 @@ impl Server {
         self.skills.as_ref()
     }
 
-    /// The current model status.
+    /// The default model's status.
     pub fn status(&self) -> ModelStatus {
+        self.status.borrow().default_status()
+    }
+
+    /// Every configured model's status, the default one first.
+    pub fn models(&self) -> Arc<ModelsView> {
         self.status.borrow().clone()
     }
 
-    /// Waits until the model is ready or failed to load.
+    /// The model a request names (the default for `None`), loaded first:
+    /// a request for a model that is not loaded waits for it, bounded by
+    /// `--turn-timeout`. An unknown name is [`ChatError::ModelNotFound`].
+    pub async fn model(&self, name: Option<&str>) -> Result<Arc<dyn ModelBackend>, ChatError> {
+        let model = name.map(str::to_string);
+        match self.supervisor.call(|reply| SupervisorMsg::Backend { model, reply }, Some(self.start_timeout)).await {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            Ok(_) => Err(ChatError::Unavailable("the model did not become ready in time".into())),
+            Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
+        }
+    }
+
+    /// Unloads a model now (admin); refused while turns run on it.
+    pub async fn unload_model(&self, name: &str) -> Result<(), ChatError> {
+        let model = name.to_string();
+        match self.supervisor.call(|reply| SupervisorMsg::Unload { model, reply }, Some(START_TIMEOUT)).await {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            Ok(_) => Err(ChatError::Unavailable("the server did not answer in time".into())),
+            Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
+        }
+    }
+
+    /// Waits until the default model is ready or failed to load.
     pub async fn wait_until_loaded(&self) -> ModelStatus {
         let mut status = self.status.clone();
         loop {
-            let current = status.borrow_and_update().clone();
-            if !matches!(current, ModelStatus::Loading) {
+            let current = status.borrow_and_update().default_status();
+            if !matches!(current, ModelStatus::Loading | ModelStatus::Unloaded) {
                 return current;
             }
             if status.changed().await.is_err() {
@@ -365,9 +399,6 @@ impl Server {
 
     /// Starts a chat request.
     pub async fn chat(&self, mut request: ChatRequest) -> Result<ChatStream, ChatError> {
-        if let ModelStatus::Loading = *self.status.borrow() {
-            return Err(ChatError::Unavailable("the model is loading; try again shortly".into()));
-        }
         self.check_mcp(&request.mcp)?;
         if let Some(skills) = self.skills.as_ref().filter(|_| request.skills.is_empty()) {
             // The operator's selection; one removed by a rescan since start-up
@@ -376,14 +407,17 @@ impl Server {
             request.skills = skills.selected.iter().filter(|id| snapshot.get(id).is_some()).cloned().collect();
         }
         let (events_tx, events) = mpsc::unbounded_channel();
-        let result = ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::StartChat { request: Box::new(request), events: events_tx, reply },
-            START_TIMEOUT_MS
-        );
+        let result = self
+            .supervisor
+            .call(
+                |reply| SupervisorMsg::StartChat { request: Box::new(request), events: events_tx, reply },
+                Some(self.start_timeout),
+            )
+            .await;
         match result {
-            Ok(Ok(actor)) => Ok(ChatStream { events, actor }),
-            Ok(Err(err)) => Err(err),
+            Ok(ractor::rpc::CallResult::Success(Ok(actor))) => Ok(ChatStream { events, actor }),
+            Ok(ractor::rpc::CallResult::Success(Err(err))) => Err(err),
+            Ok(_) => Err(ChatError::Unavailable("the model did not become ready in time".into())),
             Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
         }
     }
@@ -393,11 +427,7 @@ impl Server {
     /// block the loop adds is not counted: it is the server's, not the
     /// client's.
     pub async fn count_tokens(&self, request: &ChatRequest) -> Result<usize, ChatError> {
-        let unavailable = || ChatError::Unavailable("the model is not ready; try again shortly".into());
-        let backend = ractor::call_t!(self.supervisor, SupervisorMsg::Backend, START_TIMEOUT_MS)
-            .ok()
-            .flatten()
-            .ok_or_else(unavailable)?;
+        let backend = self.model(request.model.as_deref()).await?;
         // The coordination tools are declared on the requests that delegate
         // (none of them when the caller brings one of its own).
         let mut tools = request.tools.clone();

@@ -1,10 +1,13 @@
-//! The supervisor: owns the model actor, restarts it when the engine dies,
-//! and spawns one linked `LoopActor` per chat request.
+//! The supervisor: owns the model actors (one per loaded model), loads a
+//! model when a request names it, unloads idle ones to make room, restarts
+//! one whose engine died, and spawns one linked `LoopActor` per chat
+//! request.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use skillhost_engine::{EngineStats, ModelInfo};
 use tokio::sync::{mpsc, watch};
 
@@ -12,6 +15,7 @@ use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
 use crate::chat_loop::agents::AgentStats;
 use crate::chat_loop::{LoopActor, LoopArgs, LoopMsg, LoopSettings};
 use crate::conversations::Conversations;
+use crate::model::catalog::{self, Catalog, Resident, Room};
 use crate::model::{ModelActor, ModelBackend, ModelMsg, ModelSource};
 use crate::request::{ChatError, ChatEvent, ChatRequest};
 use crate::sandbox::ExecRuntime;
@@ -25,19 +29,68 @@ const MODEL_CALL_TIMEOUT_MS: u64 = 5_000;
 /// load must not spin forever.
 pub const MAX_RESTARTS: usize = 5;
 pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// How often the supervisor looks for models idle past
+/// `--model-idle-unload` and for requests that waited too long for theirs.
+pub const MODEL_TICK: Duration = Duration::from_secs(1);
 
 /// Whether a model is ready to serve; published for `/health` and `/metrics`.
 #[derive(Debug, Clone)]
 pub enum ModelStatus {
+    /// Configured, not in memory: the first request that names it loads it.
+    Unloaded,
     Loading,
-    Ready { info: Arc<ModelInfo>, stats: Arc<EngineStats> },
+    Ready {
+        info: Arc<ModelInfo>,
+        stats: Arc<EngineStats>,
+    },
     Failed(String),
+}
+
+/// Every configured model's status, the default one first; published for
+/// the HTTP layer's listings.
+#[derive(Debug, Clone)]
+pub struct ModelsView {
+    pub models: Vec<ModelView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelView {
+    pub name: String,
+    pub status: ModelStatus,
+    /// Weights plus KV cache once loaded; the files' size before.
+    pub bytes: u64,
+    /// Turns running on it now.
+    pub running: usize,
+}
+
+impl ModelsView {
+    /// The default model's status.
+    pub fn default_status(&self) -> ModelStatus {
+        self.models.first().map(|m| m.status.clone()).unwrap_or(ModelStatus::Loading)
+    }
+}
+
+/// What is published before the supervisor starts: the default model
+/// loading, the others unloaded.
+pub fn initial_view(models: &Catalog) -> ModelsView {
+    let models = models
+        .names()
+        .into_iter()
+        .enumerate()
+        .map(|(index, name)| ModelView {
+            name: name.to_string(),
+            status: if index == 0 { ModelStatus::Loading } else { ModelStatus::Unloaded },
+            bytes: models.entries().iter().find(|e| e.name == name).map_or(0, |e| e.bytes),
+            running: 0,
+        })
+        .collect();
+    ModelsView { models }
 }
 
 pub struct Supervisor;
 
 pub struct SupervisorArgs {
-    pub engine: ModelSource,
+    pub models: Catalog,
     /// How every request's loop runs.
     pub loop_settings: LoopSettings,
     /// Process execution, when offered.
@@ -46,7 +99,7 @@ pub struct SupervisorArgs {
     /// starts its actor.
     pub artifacts: Option<ArtifactStore>,
     pub conversations: Arc<Conversations>,
-    pub status: watch::Sender<ModelStatus>,
+    pub status: watch::Sender<Arc<ModelsView>>,
     /// The skills registry's setup and the channel its snapshots go out on;
     /// `None` with `--no-skills`.
     pub skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
@@ -58,14 +111,14 @@ pub struct SupervisorArgs {
 }
 
 pub enum SupervisorMsg {
-    /// Sent to itself at start and after the engine died: (re)load the model.
-    LoadModel,
+    /// Sent to itself at start and after an engine died: (re)load a model.
+    LoadModel(usize),
     /// Sent by the loading task when the model actor is up (or could not
     /// start): loading runs outside this mailbox, which stays free for
-    /// chats (refused while loading), skills routes and token counts.
-    ModelLoaded(Result<(ActorRef<ModelMsg>, Arc<dyn ModelBackend>), String>),
-    /// Sent by the HTTP layer for each chat request: spawn its loop actor,
-    /// which reports on `events`.
+    /// chats, skills routes and token counts.
+    ModelLoaded(usize, Result<(ActorRef<ModelMsg>, Arc<dyn ModelBackend>), String>),
+    /// Sent by the HTTP layer for each chat request: spawn its loop actor on
+    /// its model (loading that first), which reports on `events`.
     StartChat {
         request: Box<ChatRequest>,
         events: mpsc::UnboundedSender<ChatEvent>,
@@ -76,28 +129,90 @@ pub enum SupervisorMsg {
     SkillsActor(RpcReplyPort<Option<ActorRef<SkillsMsg>>>),
     /// Sent by the server handle once at start: the artifact store's actor.
     Artifacts(RpcReplyPort<Option<Artifacts>>),
-    /// Sent by the HTTP layer to count a prompt's tokens: the loaded model.
-    Backend(RpcReplyPort<Option<Arc<dyn ModelBackend>>>),
-    /// Sent by tests to make the engine thread panic.
+    /// Sent by the HTTP layer for a model's facts or to count a prompt's
+    /// tokens: the named model (the default for `None`), loaded first.
+    Backend { model: Option<String>, reply: RpcReplyPort<Result<Arc<dyn ModelBackend>, ChatError>> },
+    /// Sent by an admin route: unload a model now (refused while turns run
+    /// on it).
+    Unload { model: String, reply: RpcReplyPort<Result<(), ChatError>> },
+    /// Sent by a timer every [`MODEL_TICK`]: unload idle models, give up
+    /// on waits past their deadline.
+    Tick,
+    /// Sent by tests to make the default model's engine thread panic.
     #[cfg(feature = "fault-injection")]
     InjectEnginePanic,
 }
 
+/// One configured model's place in the supervisor.
+struct Slot {
+    source: ModelSource,
+    name: String,
+    phase: Phase,
+    /// Weights plus KV cache once it was loaded; its files' size before.
+    bytes: u64,
+    /// Loop actors running on it now.
+    running: usize,
+    last_used: Instant,
+    /// When recent restarts happened, to cap restart loops.
+    restarts: Vec<Instant>,
+    /// Requests waiting for it to load.
+    waiting: Vec<Waiter>,
+}
+
+enum Phase {
+    Unloaded,
+    Loading,
+    Ready { actor: ActorRef<ModelMsg>, backend: Arc<dyn ModelBackend> },
+    Failed(String),
+}
+
+/// A request that needs a model that is not loaded yet.
+struct Waiter {
+    deadline: Instant,
+    wants: Wants,
+}
+
+enum Wants {
+    Chat {
+        request: Box<ChatRequest>,
+        events: mpsc::UnboundedSender<ChatEvent>,
+        reply: RpcReplyPort<Result<ActorRef<LoopMsg>, ChatError>>,
+    },
+    Backend(RpcReplyPort<Result<Arc<dyn ModelBackend>, ChatError>>),
+}
+
+impl Waiter {
+    fn fail(self, err: ChatError) {
+        match self.wants {
+            Wants::Chat { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+            Wants::Backend(reply) => {
+                let _ = reply.send(Err(err));
+            }
+        }
+    }
+
+    fn gone(&self) -> bool {
+        match &self.wants {
+            Wants::Chat { reply, .. } => reply.is_closed(),
+            Wants::Backend(reply) => reply.is_closed(),
+        }
+    }
+}
+
 pub struct SupervisorState {
-    engine: ModelSource,
+    slots: Vec<Slot>,
+    limits: catalog::ModelLimits,
+    /// The model each running loop actor uses, by the actor's id.
+    loops: HashMap<ActorId, usize>,
     loop_settings: LoopSettings,
     exec: Option<Arc<ExecRuntime>>,
     /// The artifact store's actor, a linked child.
     artifacts: Option<Artifacts>,
     conversations: Arc<Conversations>,
     /// Published model status.
-    status: watch::Sender<ModelStatus>,
-    /// The running model actor, when a model is loaded.
-    model: Option<ActorRef<ModelMsg>>,
-    /// A loading task is running.
-    loading: bool,
-    /// When recent restarts happened, to cap restart loops.
-    restarts: Vec<Instant>,
+    status: watch::Sender<Arc<ModelsView>>,
     /// The skills registry's setup, kept to restart it.
     skills: Option<(SkillsConfig, Arc<watch::Sender<Arc<Snapshot>>>)>,
     /// The running registry actor.
@@ -113,22 +228,41 @@ impl Actor for Supervisor {
     type Arguments = SupervisorArgs;
 
     /// Starts the skills registry (its first scan finishes before the
-    /// server answers), then asks itself to load the model.
+    /// server answers), then asks itself to load the default model; the
+    /// others load when a request names them.
     async fn pre_start(
         &self,
         myself: ActorRef<SupervisorMsg>,
         args: SupervisorArgs,
     ) -> Result<SupervisorState, ActorProcessingErr> {
+        let default = args.models.default_name().to_string();
+        let mut entries: Vec<_> = args.models.entries().to_vec();
+        // The default model first: the view lists it first, and slot 0 is
+        // what a request naming no model gets.
+        entries.sort_by_key(|entry| entry.name != default);
+        let now = Instant::now();
+        let slots = entries
+            .into_iter()
+            .map(|entry| Slot {
+                source: entry.source,
+                name: entry.name,
+                phase: Phase::Unloaded,
+                bytes: entry.bytes,
+                running: 0,
+                last_used: now,
+                restarts: Vec::new(),
+                waiting: Vec::new(),
+            })
+            .collect();
         let mut state = SupervisorState {
-            engine: args.engine,
+            slots,
+            limits: args.models.limits,
+            loops: HashMap::new(),
             loop_settings: args.loop_settings,
             exec: args.exec,
             artifacts: None,
             conversations: args.conversations,
             status: args.status,
-            model: None,
-            loading: false,
-            restarts: Vec::new(),
             skills: args.skills,
             skills_actor: None,
             agent_stats: args.agent_stats,
@@ -140,7 +274,8 @@ impl Actor for Supervisor {
             let (actor, _) = Actor::spawn_linked(None, ArtifactStoreActor, store, myself.get_cell()).await?;
             state.artifacts = Some(Artifacts(actor));
         }
-        myself.cast(SupervisorMsg::LoadModel)?;
+        myself.cast(SupervisorMsg::LoadModel(0))?;
+        myself.send_interval(MODEL_TICK, || SupervisorMsg::Tick);
         Ok(state)
     }
 
@@ -151,11 +286,74 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::LoadModel => load_model(&myself, state),
-            SupervisorMsg::ModelLoaded(result) => model_loaded(&myself, state, result),
+            SupervisorMsg::LoadModel(index) => load_model(&myself, state, index),
+            SupervisorMsg::ModelLoaded(index, result) => {
+                model_loaded(&myself, state, index, result);
+                serve_waiters(&myself, state).await;
+            }
             SupervisorMsg::StartChat { request, events, reply } => {
-                let result = start_chat(myself.get_cell(), state, *request, events).await;
+                let index = match resolve(state, request.model.as_deref()) {
+                    Ok(index) => index,
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                        return Ok(());
+                    }
+                };
+                let waiter = Waiter { deadline: wait_deadline(state), wants: Wants::Chat { request, events, reply } };
+                state.slots[index].waiting.push(waiter);
+                want(&myself, state, index);
+                serve_waiters(&myself, state).await;
+            }
+            SupervisorMsg::Backend { model, reply } => {
+                let index = match resolve(state, model.as_deref()) {
+                    Ok(index) => index,
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                        return Ok(());
+                    }
+                };
+                let waiter = Waiter { deadline: wait_deadline(state), wants: Wants::Backend(reply) };
+                state.slots[index].waiting.push(waiter);
+                want(&myself, state, index);
+                serve_waiters(&myself, state).await;
+            }
+            SupervisorMsg::Unload { model, reply } => {
+                let result = match resolve(state, Some(&model)) {
+                    Ok(index) if state.slots[index].running > 0 => Err(ChatError::BadRequest(format!(
+                        "the model '{}' has {} turns running; it is unloaded once they end",
+                        state.slots[index].name, state.slots[index].running
+                    ))),
+                    Ok(index) => {
+                        unload(state, index, "an admin asked");
+                        Ok(())
+                    }
+                    Err(err) => Err(err),
+                };
                 let _ = reply.send(result);
+                publish(state);
+            }
+            SupervisorMsg::Tick => {
+                let now = Instant::now();
+                let expired: Vec<usize> = {
+                    let resident = residents(state);
+                    let names = catalog::idle_expired(&resident, &state.limits, now);
+                    names.iter().filter_map(|name| state.slots.iter().position(|s| s.name == *name)).collect()
+                };
+                for index in expired {
+                    unload(state, index, "idle past --model-idle-unload");
+                }
+                for slot in &mut state.slots {
+                    let (late, kept): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut slot.waiting).into_iter().partition(|w| w.deadline <= now || w.gone());
+                    slot.waiting = kept;
+                    for waiter in late {
+                        waiter.fail(ChatError::Unavailable(format!(
+                            "the model '{}' did not become ready within --turn-timeout",
+                            slot.name
+                        )));
+                    }
+                }
+                publish(state);
             }
             SupervisorMsg::SkillsActor(reply) => {
                 let _ = reply.send(state.skills_actor.clone());
@@ -163,17 +361,10 @@ impl Actor for Supervisor {
             SupervisorMsg::Artifacts(reply) => {
                 let _ = reply.send(state.artifacts.clone());
             }
-            SupervisorMsg::Backend(reply) => {
-                let backend = match &state.model {
-                    Some(model) => ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS).ok(),
-                    None => None,
-                };
-                let _ = reply.send(backend);
-            }
             #[cfg(feature = "fault-injection")]
             SupervisorMsg::InjectEnginePanic => {
-                if let Some(model) = &state.model {
-                    let _ = model.cast(ModelMsg::InjectPanic);
+                if let Phase::Ready { actor, .. } = &state.slots[0].phase {
+                    let _ = actor.cast(ModelMsg::InjectPanic);
                 }
             }
         }
@@ -188,7 +379,12 @@ impl Actor for Supervisor {
         event: SupervisionEvent,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
-        let is_model = |cell: &ActorCell| state.model.as_ref().is_some_and(|m| m.get_id() == cell.get_id());
+        let model_of = |state: &SupervisorState, cell: &ActorCell| {
+            state
+                .slots
+                .iter()
+                .position(|slot| matches!(&slot.phase, Phase::Ready { actor, .. } if actor.get_id() == cell.get_id()))
+        };
         let is_skills = |cell: &ActorCell| state.skills_actor.as_ref().is_some_and(|m| m.get_id() == cell.get_id());
         match event {
             SupervisionEvent::ActorFailed(cell, err) if is_skills(&cell) => {
@@ -198,22 +394,24 @@ impl Actor for Supervisor {
                     tracing::error!(error = %err, "the skills registry could not be restarted");
                 }
             }
-            SupervisionEvent::ActorFailed(cell, err) if is_model(&cell) => {
-                tracing::error!(error = %err, "the model engine died; restarting it");
-                engine_lost(&myself, state);
+            SupervisionEvent::ActorFailed(cell, err) if model_of(state, &cell).is_some() => {
+                let index = model_of(state, &cell).unwrap_or_default();
+                tracing::error!(model = %state.slots[index].name, error = %err, "the model engine died; restarting it");
+                engine_lost(&myself, state, index);
             }
-            SupervisionEvent::ActorTerminated(cell, _, reason) if is_model(&cell) => {
-                tracing::error!(?reason, "the model actor stopped; restarting it");
-                engine_lost(&myself, state);
+            SupervisionEvent::ActorTerminated(cell, _, reason) if model_of(state, &cell).is_some() => {
+                let index = model_of(state, &cell).unwrap_or_default();
+                tracing::error!(model = %state.slots[index].name, ?reason, "the model actor stopped; restarting it");
+                engine_lost(&myself, state, index);
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 // One request's failure is reported to its client by the
                 // closed event channel; the server goes on.
                 tracing::error!(actor = %cell.get_id(), error = %err, "a chat request failed");
+                loop_ended(&myself, state, &cell).await;
             }
-            SupervisionEvent::ActorTerminated(..)
-            | SupervisionEvent::ActorStarted(_)
-            | SupervisionEvent::ProcessGroupChanged(_) => {}
+            SupervisionEvent::ActorTerminated(cell, ..) => loop_ended(&myself, state, &cell).await,
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
         }
         Ok(())
     }
@@ -229,37 +427,205 @@ async fn start_skills(supervisor: ActorCell, state: &mut SupervisorState) -> Res
     Ok(())
 }
 
-fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
-    state.model = None;
+/// A loop actor ended: its model may go idle, and a request waiting for
+/// room may now fit.
+async fn loop_ended(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, cell: &ActorCell) {
+    let Some(index) = state.loops.remove(&cell.get_id()) else { return };
+    let slot = &mut state.slots[index];
+    slot.running = slot.running.saturating_sub(1);
+    slot.last_used = Instant::now();
+    if state.slots.iter().any(|slot| !slot.waiting.is_empty()) {
+        for index in 0..state.slots.len() {
+            if !state.slots[index].waiting.is_empty() {
+                want(myself, state, index);
+            }
+        }
+        serve_waiters(myself, state).await;
+    }
+    publish(state);
+}
+
+/// The slot a request's `model` names: a configured name (with or without
+/// `.gguf`), or the id a loaded model reports for itself (an upstream's or
+/// a provided model's); 404 in every surface's shape otherwise.
+fn resolve(state: &SupervisorState, asked: Option<&str>) -> Result<usize, ChatError> {
+    let asked = asked.unwrap_or_default();
+    if asked.is_empty() {
+        return Ok(0);
+    }
+    let bare = asked.strip_suffix(".gguf").unwrap_or(asked);
+    let loaded_id = |slot: &Slot| match &slot.phase {
+        Phase::Ready { backend, .. } => Some(backend.info().id.clone()),
+        _ => None,
+    };
+    if let Some(index) = state.slots.iter().position(|slot| slot.name == asked || slot.name == bare) {
+        return Ok(index);
+    }
+    if let Some(index) = state.slots.iter().position(|slot| loaded_id(slot).is_some_and(|id| id == asked || id == bare))
+    {
+        return Ok(index);
+    }
+    let names: Vec<String> =
+        state.slots.iter().map(|slot| loaded_id(slot).unwrap_or_else(|| slot.name.clone())).collect();
+    Err(ChatError::ModelNotFound(if names.len() == 1 {
+        format!("the model '{asked}' is not served here; this server serves '{}'", names[0])
+    } else {
+        format!("the model '{asked}' is not served here; the models are: {}", names.join(", "))
+    }))
+}
+
+/// How long a request may wait for its model to load: its turn's bound.
+fn wait_deadline(state: &SupervisorState) -> Instant {
+    Instant::now() + state.loop_settings.turn_timeout
+}
+
+fn residents(state: &SupervisorState) -> Vec<Resident<'_>> {
+    state
+        .slots
+        .iter()
+        .filter(|slot| matches!(slot.phase, Phase::Ready { .. } | Phase::Loading))
+        .map(|slot| Resident {
+            name: &slot.name,
+            bytes: slot.bytes,
+            // A model being loaded is not a candidate: its requests wait on it.
+            running: slot.running + usize::from(matches!(slot.phase, Phase::Loading)),
+            last_used: slot.last_used,
+        })
+        .collect()
+}
+
+/// A request needs model `index`: load it if it is not loaded or loading,
+/// unloading idle models first to make room; when only models with running
+/// turns stand in the way it waits (a loop's end calls this again).
+fn want(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, index: usize) {
+    match state.slots[index].phase {
+        Phase::Unloaded => {}
+        Phase::Loading | Phase::Ready { .. } | Phase::Failed(_) => return,
+    }
+    let evict: Vec<usize> = {
+        let resident = residents(state);
+        match catalog::make_room(&resident, state.slots[index].bytes, &state.limits) {
+            Room::Wait => {
+                tracing::info!(model = %state.slots[index].name, "waiting for a loaded model's turns to end to make room");
+                return;
+            }
+            Room::Evict(names) => {
+                names.iter().filter_map(|name| state.slots.iter().position(|s| s.name == *name)).collect()
+            }
+        }
+    };
+    for other in evict {
+        unload(state, other, "to make room for another model");
+    }
+    load_model(myself, state, index);
+}
+
+/// Unloads an idle model: its actor stops and the engine thread ends once
+/// the last handle to it is dropped. Its slot remembers nothing but its
+/// size, so the next request that names it loads it again.
+fn unload(state: &mut SupervisorState, index: usize, why: &str) {
+    let slot = &mut state.slots[index];
+    if let Phase::Ready { actor, .. } = std::mem::replace(&mut slot.phase, Phase::Unloaded) {
+        tracing::info!(model = %slot.name, why, "unloading the model");
+        actor.stop(None);
+    }
+}
+
+/// Answers every waiter whose model is ready (or failed).
+async fn serve_waiters(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
+    for index in 0..state.slots.len() {
+        let waiting = match &state.slots[index].phase {
+            Phase::Ready { .. } | Phase::Failed(_) => std::mem::take(&mut state.slots[index].waiting),
+            Phase::Unloaded | Phase::Loading => continue,
+        };
+        for waiter in waiting {
+            if waiter.gone() {
+                continue;
+            }
+            let backend = match &state.slots[index].phase {
+                Phase::Ready { backend, .. } => Arc::clone(backend),
+                Phase::Failed(reason) => {
+                    let name = &state.slots[index].name;
+                    waiter.fail(ChatError::Unavailable(format!("the model '{name}' is not available: {reason}")));
+                    continue;
+                }
+                Phase::Unloaded | Phase::Loading => unreachable!("only ready and failed models are served"),
+            };
+            state.slots[index].last_used = Instant::now();
+            match waiter.wants {
+                Wants::Backend(reply) => {
+                    let _ = reply.send(Ok(backend));
+                }
+                Wants::Chat { request, events, reply } => {
+                    let result = start_chat(myself.get_cell(), state, *request, events, backend).await;
+                    if let Ok(actor) = &result {
+                        state.loops.insert(actor.get_id(), index);
+                        state.slots[index].running += 1;
+                    }
+                    let _ = reply.send(result);
+                }
+            }
+        }
+    }
+    publish(state);
+}
+
+/// Publishes every model's status.
+fn publish(state: &SupervisorState) {
+    let models = state
+        .slots
+        .iter()
+        .map(|slot| ModelView {
+            name: slot.name.clone(),
+            status: match &slot.phase {
+                Phase::Unloaded => ModelStatus::Unloaded,
+                Phase::Loading => ModelStatus::Loading,
+                Phase::Ready { backend, .. } => {
+                    ModelStatus::Ready { info: Arc::clone(backend.info()), stats: Arc::clone(backend.stats()) }
+                }
+                Phase::Failed(reason) => ModelStatus::Failed(reason.clone()),
+            },
+            bytes: slot.bytes,
+            running: slot.running,
+        })
+        .collect();
+    let _ = state.status.send(Arc::new(ModelsView { models }));
+}
+
+fn engine_lost(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, index: usize) {
+    let slot = &mut state.slots[index];
+    slot.phase = Phase::Unloaded;
     let now = Instant::now();
-    state.restarts.retain(|at| now.duration_since(*at) < RESTART_WINDOW);
-    if state.restarts.len() >= MAX_RESTARTS {
+    slot.restarts.retain(|at| now.duration_since(*at) < RESTART_WINDOW);
+    if slot.restarts.len() >= MAX_RESTARTS {
         let message = format!(
             "the model engine died {MAX_RESTARTS} times within {}s; not restarting it",
             RESTART_WINDOW.as_secs()
         );
-        tracing::error!("{message}");
-        let _ = state.status.send(ModelStatus::Failed(message));
+        tracing::error!(model = %slot.name, "{message}");
+        slot.phase = Phase::Failed(message);
+        publish(state);
         return;
     }
-    state.restarts.push(now);
-    let _ = state.status.send(ModelStatus::Loading);
-    let _ = myself.cast(SupervisorMsg::LoadModel);
+    slot.restarts.push(now);
+    let _ = myself.cast(SupervisorMsg::LoadModel(index));
+    publish(state);
 }
 
-/// Starts loading the model in a task of its own (a GGUF takes seconds to
+/// Starts loading a model in a task of its own (a GGUF takes seconds to
 /// minutes, and upstreams may take minutes to answer); the task reports
 /// with [`SupervisorMsg::ModelLoaded`].
-fn load_model(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
-    if state.loading {
+fn load_model(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, index: usize) {
+    let slot = &mut state.slots[index];
+    if !matches!(slot.phase, Phase::Unloaded) {
         return;
     }
-    state.loading = true;
-    let _ = state.status.send(ModelStatus::Loading);
-    let path = state.engine.describe();
-    tracing::info!(model = %path, "loading the model");
-    let source = state.engine.clone();
+    slot.phase = Phase::Loading;
+    let path = slot.source.describe();
+    tracing::info!(model = %slot.name, path = %path, "loading the model");
+    let source = slot.source.clone();
     let myself = myself.clone();
+    publish(state);
     tokio::spawn(async move {
         let result = match Actor::spawn_linked(None, ModelActor, source, myself.get_cell()).await {
             Ok((model, _)) => match ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS) {
@@ -274,22 +640,22 @@ fn load_model(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
         if let Err(err) = &result {
             tracing::error!(model = %path, error = %err, "the model failed to load");
         }
-        let _ = myself.cast(SupervisorMsg::ModelLoaded(result));
+        let _ = myself.cast(SupervisorMsg::ModelLoaded(index, result));
     });
 }
 
 fn model_loaded(
     myself: &ActorRef<SupervisorMsg>,
     state: &mut SupervisorState,
+    index: usize,
     result: Result<(ActorRef<ModelMsg>, Arc<dyn ModelBackend>), String>,
 ) {
-    state.loading = false;
     match result {
         // It died between answering and this message: its failure reached
         // the supervisor before it was known as the model, so restart here.
         Ok((model, _)) if model.get_status() != ractor::ActorStatus::Running => {
-            tracing::error!("the model engine died as it started; restarting it");
-            engine_lost(myself, state);
+            tracing::error!(model = %state.slots[index].name, "the model engine died as it started; restarting it");
+            engine_lost(myself, state, index);
         }
         Ok((model, backend)) => {
             let info = Arc::clone(backend.info());
@@ -301,32 +667,27 @@ fn model_loaded(
                 tool_calls = ?info.format.capabilities().tool_family,
                 "model ready"
             );
-            let _ = state.status.send(ModelStatus::Ready { info, stats: Arc::clone(backend.stats()) });
-            state.model = Some(model);
+            let slot = &mut state.slots[index];
+            if info.size_bytes + info.kv_bytes > 0 {
+                slot.bytes = info.size_bytes + info.kv_bytes;
+            }
+            slot.last_used = Instant::now();
+            slot.phase = Phase::Ready { actor: model, backend };
         }
         Err(message) => {
-            let _ = state.status.send(ModelStatus::Failed(message));
+            state.slots[index].phase = Phase::Failed(message);
         }
     }
+    publish(state);
 }
 
 async fn start_chat(
     supervisor: ActorCell,
-    state: &mut SupervisorState,
+    state: &SupervisorState,
     request: ChatRequest,
     events: mpsc::UnboundedSender<ChatEvent>,
+    backend: Arc<dyn ModelBackend>,
 ) -> Result<ActorRef<LoopMsg>, ChatError> {
-    let unavailable = |status: &ModelStatus| match status {
-        ModelStatus::Failed(reason) => ChatError::Unavailable(format!("the model is not available: {reason}")),
-        ModelStatus::Loading | ModelStatus::Ready { .. } => {
-            ChatError::Unavailable("the model is loading; try again shortly".into())
-        }
-    };
-    let Some(model) = &state.model else {
-        return Err(unavailable(&state.status.borrow()));
-    };
-    let backend = ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS)
-        .map_err(|_| unavailable(&state.status.borrow()))?;
     let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
     let args = LoopArgs {
         request,

@@ -103,7 +103,8 @@ async fn engine_panic_fails_in_flight_requests_and_the_next_one_succeeds() {
 
 /// Loading runs outside the supervisor's mailbox: while the model's file
 /// cannot be read yet (a FIFO nobody writes to), the skills registry still
-/// answers through the supervisor and a chat is refused as loading.
+/// answers through the supervisor, and a chat waits for the model; when the
+/// load fails, the waiting chat gets the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_supervisor_answers_while_the_model_loads() {
     use skillhost_actors::skills::{Origin, Root, SkillsConfig};
@@ -129,8 +130,13 @@ async fn the_supervisor_answers_while_the_model_loads() {
     let skills = server.skills().unwrap().clone();
     skills.rescan().await.unwrap();
     assert!(matches!(server.status(), ModelStatus::Loading), "{:?}", server.status());
-    let refused = server.chat(request("Hello", 4)).await.err();
-    assert!(matches!(refused, Some(ChatError::Unavailable(ref m)) if m.contains("loading")), "{refused:?}");
+    let waiting = {
+        let server = server.clone();
+        tokio::spawn(async move { server.chat(request("Hello", 4)).await.err() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a chat for a loading model should wait for it");
+    skills.rescan().await.unwrap();
     // A writer that opens and closes lets the loader on; the FIFO is no
     // model, so the load fails and says so.
     let writer_path = fifo.clone();
@@ -138,5 +144,7 @@ async fn the_supervisor_answers_while_the_model_loads() {
         .await
         .unwrap();
     assert!(matches!(server.wait_until_loaded().await, ModelStatus::Failed(_)));
+    let refused = waiting.await.unwrap();
+    assert!(matches!(refused, Some(ChatError::Unavailable(ref m)) if m.contains("is not available")), "{refused:?}");
     server.shutdown();
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::backend::{CountFuture, SubmitFuture};
-use skillhost_actors::model::{ModelBackend, ModelSource};
+use skillhost_actors::model::{Catalog, ModelBackend, ModelSource};
 use skillhost_actors::request::AGENT_MARK;
 use skillhost_actors::request::{ChatEvent, ChatRequest, RoundStats};
 use skillhost_actors::{Server, ServerConfig};
@@ -130,7 +130,7 @@ async fn together(prefix: &str) -> Together {
     // Children at the deepest level have no tools: each is one generation.
     settings.agent_limits.depth = 1;
     let config = ServerConfig {
-        model: ModelSource::Provided(backend.clone()),
+        models: Catalog::single(ModelSource::Provided(backend.clone())),
         skills: None,
         loop_settings: settings,
         exec: None,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use skillhost_actors::chat_loop::{LoopSettings, MultiAgent};
 use skillhost_actors::model::backend::{CountFuture, SubmitFuture};
-use skillhost_actors::model::{ModelBackend, ModelSource};
+use skillhost_actors::model::{Catalog, ModelBackend, ModelSource};
 use skillhost_actors::request::{ChatEvent, ChatRequest, RoundStats};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::{Server, ServerConfig};
@@ -126,7 +126,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
     .0;
     let backend = Arc::new(Budgeted { engine, script: Mutex::new(script) });
     let config = ServerConfig {
-        model: ModelSource::Provided(backend),
+        models: Catalog::single(ModelSource::Provided(backend)),
         skills: skills.map(|path| SkillsConfig {
             roots: vec![Root { path: path.to_path_buf(), origin: Origin::Discovered }],
             install_dir: None,

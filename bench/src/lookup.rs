@@ -61,7 +61,7 @@ pub(crate) fn prose_prompt(topic: &str) -> String {
     format!("Write a long story about {topic}, with new details in every sentence.")
 }
 
-fn request(engine: &Engine, text: &str, max_tokens: u32) -> GenerateRequest {
+pub(crate) fn request(engine: &Engine, text: &str, max_tokens: u32) -> GenerateRequest {
     let messages = [ChatMessage::new(Role::User, text.to_string())];
     let conversation = Conversation {
         messages: &messages,

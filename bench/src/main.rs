@@ -42,6 +42,7 @@ mod exec;
 mod huge;
 mod lookup;
 mod mcp;
+mod models;
 mod skills;
 mod store;
 mod upstream;
@@ -340,7 +341,7 @@ fn concurrent(url: &str, n: usize, round: usize) -> (f64, Vec<f64>) {
 fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
-    // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `agents`, `budget`, `store`, `webui`,
+    // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `models`, `agents`, `budget`, `store`, `webui`,
     // `model`, `baseline`, `upstream`, `lookup-servers` (the second half of
     // `lookup`), `huge` (row 5 alone) or `steps` (a decode step's
     // cost by its positions, which `lookup` prints first) runs one part.
@@ -373,6 +374,11 @@ fn main() {
     }
     if wanted("lookup") {
         lookup::run();
+        println!();
+    }
+    if wanted("models") {
+        println!("several models in one process:");
+        models::run();
         println!();
     }
     if wanted("agents") {

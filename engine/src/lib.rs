@@ -49,7 +49,7 @@ pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolCho
 pub use engine::{at_idle_priority, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
-pub use load::{backend, context_params, flash_attention, GPU_BUILD};
+pub use load::{backend, context_params, file_model_name, flash_attention, GPU_BUILD};
 pub use prefix::MIN_SHARED_PREFIX_TOKENS;
 pub use protocol::UpstreamStats;
 pub use protocol::{

@@ -139,11 +139,8 @@ pub(crate) fn model_info(
         path: config.model_path.display().to_string(),
         reason: format!("its chat template does not compile: {err}"),
     })?;
-    let id = config
-        .model_path
-        .file_name()
-        .map(|name| name.to_string_lossy().trim_end_matches(".gguf").to_string())
-        .unwrap_or_default();
+    let id = config.name.clone().unwrap_or_else(|| file_model_name(&config.model_path));
+    let kv_bytes = kv_cache_bytes(model, &architecture, n_ctx);
     Ok(ModelInfo {
         id,
         path: config.model_path.clone(),
@@ -153,6 +150,26 @@ pub(crate) fn model_info(
         n_parallel,
         n_params: model.n_params(),
         size_bytes: model.size(),
+        kv_bytes,
         format: ChatFormat::new(template),
     })
+}
+
+/// The name a model file gives its model: the file's name without `.gguf`.
+pub fn file_model_name(path: &std::path::Path) -> String {
+    path.file_name().map(|name| name.to_string_lossy().trim_end_matches(".gguf").to_string()).unwrap_or_default()
+}
+
+/// Bytes of a 16-bit KV cache of `n_ctx` cells: keys and values of every
+/// layer's KV heads. A head's width is the GGUF's key length where it gives
+/// one (Gemma's heads are wider than the embedding divided by the heads).
+fn kv_cache_bytes(model: &LlamaModel, architecture: &str, n_ctx: u32) -> u64 {
+    let heads = u64::from(model.n_head().max(1));
+    let head_width = model
+        .meta_val_str(&format!("{architecture}.attention.key_length"))
+        .ok()
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(model.n_embd().max(0) as u64 / heads);
+    let per_cell = u64::from(model.n_layer()) * u64::from(model.n_head_kv()) * head_width * 2 * 2;
+    per_cell * u64::from(n_ctx)
 }

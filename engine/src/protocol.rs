@@ -30,6 +30,9 @@ pub const UBATCH_SIZE: u32 = 512;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineConfig {
     pub model_path: PathBuf,
+    /// The name requests use for it (`--model NAME=PATH`); `None` names it
+    /// after its file, without `.gguf`.
+    pub name: Option<String>,
     /// Context size in tokens, shared by all slots; `None` picks the model's
     /// training context capped at [`DEFAULT_MAX_CTX`].
     pub n_ctx: Option<u32>,
@@ -80,6 +83,9 @@ pub struct ModelInfo {
     pub n_parallel: u32,
     pub n_params: u64,
     pub size_bytes: u64,
+    /// The KV cache's size at `n_ctx` (16-bit keys and values), as a
+    /// model registry counts memory.
+    pub kv_bytes: u64,
     pub format: ChatFormat,
 }
 

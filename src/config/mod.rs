@@ -7,6 +7,7 @@
 
 #[cfg(test)]
 mod docs;
+pub mod models;
 pub mod sources;
 
 use skillhost_actors::tools::mcp::config::McpServerConfig;
@@ -201,9 +202,24 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free port and logs it [default: 5000]
     #[arg(long, env = "SKILLHOST_PORT", help_heading = LISTENING)]
     pub port: Option<u16>,
-    /// Path to the GGUF model file (required unless --upstream is given)
+    /// A GGUF model file, as PATH or NAME=PATH (requests name it in their model field; a bare path is named after its file); repeatable, the first is the default (required unless --models-dir or --upstream is given)
     #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath, help_heading = MODEL)]
-    pub model: Option<PathBuf>,
+    pub model: Vec<String>,
+    /// A folder whose .gguf files are all offered as models, each named after its file (a split model by its first part)
+    #[arg(long, env = "SKILLHOST_MODELS_DIR", value_hint = ValueHint::DirPath, help_heading = MODEL)]
+    pub models_dir: Option<PathBuf>,
+    /// The model that answers requests naming none, and that loads at start [default: the first --model, else the first in --models-dir]
+    #[arg(long, env = "SKILLHOST_DEFAULT_MODEL", help_heading = MODEL)]
+    pub default_model: Option<String>,
+    /// Models kept in memory at once; loading one more first unloads the least recently used idle one [default: no limit but --models-memory]
+    #[arg(long, env = "SKILLHOST_MAX_LOADED_MODELS", help_heading = MODEL)]
+    pub max_loaded_models: Option<usize>,
+    /// Memory the loaded models may take, weights plus KV cache, in bytes or with a suffix (8G, 512M); past it the least recently used idle model is unloaded first [default: 75% of the host's memory]
+    #[arg(long, env = "SKILLHOST_MODELS_MEMORY", help_heading = MODEL)]
+    pub models_memory: Option<String>,
+    /// Unload a model nobody used for this many seconds (the next request that names it loads it again) [default: never]
+    #[arg(long, env = "SKILLHOST_MODEL_IDLE_UNLOAD", help_heading = MODEL)]
+    pub model_idle_unload: Option<u64>,
     /// An inference server to send generation to instead of loading a model: URL[,mode=completion|chat][,weight=N][,max-concurrent=N][,model=NAME][,key-env=VAR][,api=auto|openai]; repeatable
     #[arg(long, env = "SKILLHOST_UPSTREAM", help_heading = UPSTREAMS)]
     pub upstream: Vec<String>,
@@ -578,7 +594,12 @@ pub struct ServeConfig {
     pub host: IpAddr,
     pub port: u16,
     pub log_format: LogFormat,
+    /// The default model's settings.
     pub engine: EngineConfig,
+    /// Every model's settings, the default first (empty with upstreams).
+    pub models: Vec<EngineConfig>,
+    /// `--max-loaded-models`, `--models-memory`, `--model-idle-unload`.
+    pub model_limits: skillhost_actors::model::ModelLimits,
     /// Upstream servers in place of `engine`'s model, with `--upstream`.
     pub remote: Option<RemoteConfig>,
     /// `--replica-id`.
@@ -842,24 +863,58 @@ impl ServeArgs {
         if let Some(id) = &self.replica_id {
             skillhost_actors::replica::check(id).map_err(|err| ConfigError(err.to_string()))?;
         }
-        let model = match (self.model.clone(), &remote) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError(
-                    "--model and --upstream exclude each other: with upstreams no model is loaded here (give its GGUF as --template-from to render prompts with its template)".into(),
-                ))
-            }
-            (None, Some(_)) => PathBuf::new(),
-            (None, None) if !needs_model => PathBuf::new(),
-            (model, None) => model.ok_or_else(|| {
-                ConfigError("no model given: pass --model PATH or --upstream URL (or set 'model' or 'upstreams' in a --config file)".into())
-            })?,
-        };
-        if remote.is_none() && !model.is_file() && (needs_model || !model.as_os_str().is_empty()) {
+        let mut specs: Vec<(Option<String>, PathBuf)> =
+            self.model.iter().map(|spec| models::parse_spec(spec)).collect();
+        if let Some(dir) = &self.models_dir {
+            specs.extend(models::scan_dir(dir)?.into_iter().map(|(name, path)| (Some(name), path)));
+        }
+        if remote.is_some() && !specs.is_empty() {
+            return Err(ConfigError(
+                "--model and --upstream exclude each other: with upstreams no model is loaded here (give its GGUF as --template-from to render prompts with its template)".into(),
+            ));
+        }
+        if remote.is_none() && specs.is_empty() && needs_model {
+            return Err(ConfigError(
+                "no model given: pass --model PATH, --models-dir DIR or --upstream URL (or set 'model', 'models' or 'upstreams' in a --config file)".into(),
+            ));
+        }
+        if specs.len() > models::MAX_MODELS {
             return Err(ConfigError(format!(
-                "--model: the model file {} does not exist (run `make model` for the default model)",
-                model.display()
+                "{} models are configured; one server offers at most {}",
+                specs.len(),
+                models::MAX_MODELS
             )));
         }
+        for (_, path) in &specs {
+            if !path.is_file() {
+                return Err(ConfigError(format!(
+                    "--model: the model file {} does not exist (run `make model` for the default model)",
+                    path.display()
+                )));
+            }
+        }
+        let mut model_names: Vec<String> = Vec::new();
+        for (name, path) in &specs {
+            let name = name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(path));
+            if model_names.contains(&name) {
+                return Err(ConfigError(format!(
+                    "two models are called '{name}'; give each its own name (--model NAME=PATH)"
+                )));
+            }
+            model_names.push(name);
+        }
+        let default_index = match &self.default_model {
+            Some(asked) => model_names.iter().position(|name| name == asked).ok_or_else(|| {
+                ConfigError(format!(
+                    "--default-model '{asked}' is not one of the configured models: {}",
+                    if model_names.is_empty() { "none are configured".to_string() } else { model_names.join(", ") }
+                ))
+            })?,
+            None => 0,
+        };
+        let model_limits =
+            models::limits(self.max_loaded_models, self.models_memory.as_deref(), self.model_idle_unload)?;
+        let model = specs.get(default_index).map(|(_, path)| path.clone()).unwrap_or_default();
         let parallel = self.parallel.unwrap_or(DEFAULT_PARALLEL);
         if !(1..=MAX_PARALLEL).contains(&parallel) {
             return Err(ConfigError(format!("--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")));
@@ -1049,20 +1104,35 @@ impl ServeArgs {
                 "--max-detached-turns must be between 1 and {MAX_DETACHED_TURNS}, got {max_detached_turns}"
             )));
         }
+        let engine = EngineConfig {
+            model_path: model,
+            name: model_names.get(default_index).cloned(),
+            n_ctx: ctx_size,
+            n_parallel: parallel,
+            n_threads: threads,
+            gpu_layers: self.gpu_layers,
+            prefix_cache: self.prefix_cache,
+            spec_lookup: self.spec_lookup,
+            flash_attn: self.flash_attn.map_or(FlashAttn::Auto, FlashAttn::from),
+        };
+        // Every model, the default first, each with the same settings.
+        let mut order: Vec<usize> = (0..specs.len()).collect();
+        order.sort_by_key(|index| *index != default_index);
+        let models = order
+            .into_iter()
+            .map(|index| EngineConfig {
+                model_path: specs[index].1.clone(),
+                name: Some(model_names[index].clone()),
+                ..engine.clone()
+            })
+            .collect();
         Ok(ServeConfig {
             host,
             port: self.port.unwrap_or(DEFAULT_PORT),
             log_format: self.log_format.unwrap_or(LogFormat::Text),
-            engine: EngineConfig {
-                model_path: model,
-                n_ctx: ctx_size,
-                n_parallel: parallel,
-                n_threads: threads,
-                gpu_layers: self.gpu_layers,
-                prefix_cache: self.prefix_cache,
-                spec_lookup: self.spec_lookup,
-                flash_attn: self.flash_attn.map_or(FlashAttn::Auto, FlashAttn::from),
-            },
+            engine,
+            models,
+            model_limits,
             remote,
             replica_id: self.replica_id.clone(),
             skills,
@@ -1286,6 +1356,71 @@ mod tests {
     }
 
     #[test]
+    fn models_come_from_flags_a_folder_and_the_file_and_the_default_leads() {
+        let dir = dir();
+        let folder = dir.path().join("folder");
+        std::fs::create_dir(&folder).unwrap();
+        let a = write(dir.path(), "a.gguf", "");
+        write(&folder, "c.gguf", "");
+        write(&folder, "d-00001-of-00002.gguf", "");
+        write(&folder, "d-00002-of-00002.gguf", "");
+        let a = a.to_string_lossy();
+        let named = format!("big={a}");
+        let names =
+            |config: &ServeConfig| config.models.iter().map(|m| m.name.clone().unwrap_or_default()).collect::<Vec<_>>();
+        let folder_arg = folder.to_string_lossy();
+        let base = ["--no-skills", "--model", &a, "--model", &named, "--models-dir", &folder_arg];
+        let config = from_args(&base).unwrap();
+        assert_eq!(names(&config), ["a", "big", "c", "d"]);
+        assert_eq!(config.engine.name.as_deref(), Some("a"));
+        assert!(config.models[3].model_path.ends_with("d-00001-of-00002.gguf"));
+        let config = from_args(
+            &[
+                &base[..],
+                &[
+                    "--default-model",
+                    "c",
+                    "--max-loaded-models",
+                    "2",
+                    "--models-memory",
+                    "4G",
+                    "--model-idle-unload",
+                    "60",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(names(&config), ["c", "a", "big", "d"]);
+        assert_eq!(config.engine.model_path, folder.join("c.gguf"));
+        assert_eq!((config.model_limits.max_loaded, config.model_limits.memory_bytes), (2, 4 << 30));
+        assert_eq!(config.model_limits.idle_unload, Some(std::time::Duration::from_secs(60)));
+
+        let refused = |extra: &[&str]| from_args(&[&["--no-skills", "--model", &a][..], extra].concat()).unwrap_err().0;
+        assert!(refused(&["--model", &a]).contains("two models are called 'a'"));
+        assert!(
+            refused(&["--default-model", "b"]).contains("--default-model 'b' is not one of the configured models: a")
+        );
+        assert!(refused(&["--max-loaded-models", "0"]).contains("at least 1"));
+        assert!(refused(&["--models-memory", "lots"]).contains("--models-memory: 'lots' is not a size"));
+        assert!(refused(&["--model", "x=/no/such.gguf"]).contains("/no/such.gguf does not exist"));
+
+        // The file: `model` as NAME=PATH and `models` as mappings, paths
+        // relative to the file's folder.
+        let file = write(
+            dir.path(),
+            "models.yaml",
+            "model: small=a.gguf\nmodels:\n  - name: other\n    path: folder/c.gguf\n  - a.gguf\nno-skills: true\n",
+        );
+        let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
+        assert_eq!(names(&config), ["small", "other", "a"]);
+        assert_eq!(config.models[1].model_path, dir.path().join("folder/c.gguf"));
+        let bad = write(dir.path(), "bad.yaml", "models:\n  - name: x\n    path: a.gguf\n    ctx-size: 4\n");
+        let err = from_args(&["--config", &bad.to_string_lossy()]).unwrap_err().0;
+        assert!(err.contains("unknown key Some(\"ctx-size\") in an entry"), "{err}");
+    }
+
+    #[test]
     fn flags_win_over_files_and_later_files_win() {
         let dir = dir();
         write(dir.path(), "m.gguf", "");
@@ -1310,11 +1445,20 @@ mod tests {
                 log_format: LogFormat::Text,
                 engine: EngineConfig {
                     model_path: dir.path().join("m.gguf"),
+                    name: Some("m".into()),
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     n_threads: None,
                     ..Default::default()
                 },
+                models: vec![EngineConfig {
+                    model_path: dir.path().join("m.gguf"),
+                    name: Some("m".into()),
+                    n_ctx: Some(1024),
+                    n_parallel: 3,
+                    ..Default::default()
+                }],
+                model_limits: models::limits(None, None, None).unwrap(),
                 remote: None,
                 replica_id: None,
                 skills: None,
@@ -1339,7 +1483,7 @@ mod tests {
     fn network_grants_are_refused_in_required_mode_and_named() {
         let dir = dir();
         write(dir.path(), "m.gguf", "");
-        let model = Some(dir.path().join("m.gguf"));
+        let model = vec![dir.path().join("m.gguf").to_string_lossy().into_owned()];
         let skills = || SkillArgs { no_skills: true, ..SkillArgs::default() };
         for (code, script, flag) in
             [(true, false, "--code-exec-allow-network"), (false, true, "--skills-allow-network")]
@@ -1375,7 +1519,7 @@ mod tests {
         write(dir.path(), "m.gguf", "");
         let resolve = |bytes: u64, range: Option<&str>| {
             ServeArgs {
-                model: Some(dir.path().join("m.gguf")),
+                model: vec![dir.path().join("m.gguf").to_string_lossy().into_owned()],
                 workspace_max_bytes: Some(bytes),
                 sandbox_uid_range: range.map(|r| r.parse().unwrap()),
                 skills: SkillArgs { no_skills: true, ..SkillArgs::default() },
@@ -1393,7 +1537,7 @@ mod tests {
         // byte short of it.
         let budget = |bytes: u64| {
             ServeArgs {
-                model: Some(dir.path().join("m.gguf")),
+                model: vec![dir.path().join("m.gguf").to_string_lossy().into_owned()],
                 workspace_max_bytes: Some(MIN_WORKSPACE_BYTES),
                 sandbox_memory: Some(bytes),
                 skills: SkillArgs { no_skills: true, ..SkillArgs::default() },
@@ -1587,16 +1731,21 @@ skills-watch: true
         let cases: Vec<(ServeArgs, &str)> = vec![
             (ServeArgs { skills: off(), ..Default::default() }, "no model given"),
             (
-                ServeArgs { model: Some(missing.clone()), skills: off(), ..Default::default() },
+                ServeArgs { model: vec![missing.to_string_lossy().into_owned()], skills: off(), ..Default::default() },
                 "--model: the model file",
             ),
             (
-                ServeArgs { model: Some(model.clone()), parallel: Some(0), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: vec![model.to_string_lossy().into_owned()],
+                    parallel: Some(0),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--parallel must be between 1 and 64, got 0",
             ),
             (
                 ServeArgs {
-                    model: Some(model.clone()),
+                    model: vec![model.to_string_lossy().into_owned()],
                     parallel: Some(MAX_PARALLEL + 1),
                     skills: off(),
                     ..Default::default()
@@ -1605,7 +1754,7 @@ skills-watch: true
             ),
             (
                 ServeArgs {
-                    model: Some(model.clone()),
+                    model: vec![model.to_string_lossy().into_owned()],
                     ctx_size: Some(MIN_CTX_SIZE - 1),
                     skills: off(),
                     ..Default::default()
@@ -1613,12 +1762,17 @@ skills-watch: true
                 "--ctx-size must be at least 256 tokens, got 255",
             ),
             (
-                ServeArgs { model: Some(model.clone()), threads: Some(0), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: vec![model.to_string_lossy().into_owned()],
+                    threads: Some(0),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--threads must be at least 1",
             ),
             (
                 ServeArgs {
-                    model: Some(model.clone()),
+                    model: vec![model.to_string_lossy().into_owned()],
                     skills_max_rounds: Some(0),
                     skills: off(),
                     ..Default::default()
@@ -1627,7 +1781,7 @@ skills-watch: true
             ),
             (
                 ServeArgs {
-                    model: Some(model.clone()),
+                    model: vec![model.to_string_lossy().into_owned()],
                     skills_max_rounds: Some(65),
                     skills: off(),
                     ..Default::default()
@@ -1635,15 +1789,30 @@ skills-watch: true
                 "--skills-max-rounds must be between 1 and 64, got 65",
             ),
             (
-                ServeArgs { model: Some(model.clone()), max_tokens: Some(0), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: vec![model.to_string_lossy().into_owned()],
+                    max_tokens: Some(0),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--max-tokens must be at least 1",
             ),
             (
-                ServeArgs { model: Some(model.clone()), temperature: Some(2.01), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: vec![model.to_string_lossy().into_owned()],
+                    temperature: Some(2.01),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--temperature must be between 0 and 2, got 2.01",
             ),
             (
-                ServeArgs { model: Some(model.clone()), temperature: Some(-0.01), skills: off(), ..Default::default() },
+                ServeArgs {
+                    model: vec![model.to_string_lossy().into_owned()],
+                    temperature: Some(-0.01),
+                    skills: off(),
+                    ..Default::default()
+                },
                 "--temperature must be between 0 and 2, got -0.01",
             ),
         ];
@@ -1658,7 +1827,7 @@ skills-watch: true
         }
         // The limits themselves are accepted.
         let ok = ServeArgs {
-            model: Some(model.clone()),
+            model: vec![model.to_string_lossy().into_owned()],
             parallel: Some(MAX_PARALLEL),
             ctx_size: Some(MIN_CTX_SIZE),
             skills_max_rounds: Some(MAX_ROUNDS),
@@ -1668,7 +1837,12 @@ skills-watch: true
             ..Default::default()
         };
         assert!(ok.resolve().is_ok());
-        let greedy = ServeArgs { model: Some(model), temperature: Some(0.0), skills: off(), ..Default::default() };
+        let greedy = ServeArgs {
+            model: vec![model.to_string_lossy().into_owned()],
+            temperature: Some(0.0),
+            skills: off(),
+            ..Default::default()
+        };
         assert_eq!(greedy.resolve().unwrap().loop_settings.temperature, Some(0.0));
     }
 

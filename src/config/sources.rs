@@ -167,10 +167,16 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
     let mapping: serde_yaml::Mapping = serde_yaml::from_str(&text).map_err(|err| invalid(err.to_string()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
+    // `model` and `models` both add to `--model`.
+    let mut models = Vec::new();
     for (key, value) in mapping {
         let Some(key) = key.as_str() else {
             return Err(invalid(format!("a key is not text: {key:?}")));
         };
+        if key == "model" || key == "models" {
+            models.extend(model_specs(key, &value, base).map_err(invalid)?);
+            continue;
+        }
         if key == "mcp-servers" {
             // A map of servers (the mcpServers object of Claude Code's
             // file, in YAML): passed on as its JSON, checked with the rest.
@@ -206,7 +212,58 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
         };
         out.push((arg.get_id().to_string(), values));
     }
+    if !models.is_empty() {
+        out.push(("model".to_string(), models));
+    }
     Ok(out)
+}
+
+/// The `model` key (a path, `NAME=PATH`, or a list of them) and the
+/// `models` key (a list of those or of mappings with `name` and `path`),
+/// as `--model` values with each path made relative to the file's folder.
+fn model_specs(key: &str, value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, String> {
+    let spec = |name: Option<String>, path: &str| {
+        let path = base.join(path).to_string_lossy().into_owned();
+        match name {
+            Some(name) => format!("{name}={path}"),
+            None => path,
+        }
+    };
+    let entry = |item: &serde_yaml::Value| match item {
+        serde_yaml::Value::String(text) => {
+            let (name, path) = super::models::parse_spec(text);
+            Ok(spec(name, &path.to_string_lossy()))
+        }
+        serde_yaml::Value::Mapping(fields) if key == "models" => {
+            let mut name = None;
+            let mut path = None;
+            for (field, value) in fields {
+                let text = value.as_str().map(str::to_string);
+                match field.as_str() {
+                    Some("name") => name = Some(text.ok_or("`models`: name must be text")?),
+                    Some("path") => path = Some(text.ok_or("`models`: path must be text")?),
+                    other => {
+                        return Err(format!(
+                            "`models`: unknown key {other:?} in an entry (an entry has name and path; settings such as ctx-size apply to every model)"
+                        ))
+                    }
+                }
+            }
+            let path = path.ok_or("`models`: every entry needs a path")?;
+            if let Some(name) = &name {
+                if !super::models::valid_name(name) {
+                    return Err(format!("`models`: '{name}' is not a model name (letters, digits and ._:- only)"));
+                }
+            }
+            Ok(spec(name, &path))
+        }
+        other => Err(format!("`{key}`: an entry must be a path or NAME=PATH, not {other:?}")),
+    };
+    match value {
+        serde_yaml::Value::Sequence(items) => items.iter().map(entry).collect(),
+        single if key == "model" => Ok(vec![entry(single)?]),
+        _ => Err("`models` must be a list".into()),
+    }
 }
 
 /// The `upstreams:` key: a list of `--upstream` values, each a URL or a

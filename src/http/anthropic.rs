@@ -4,9 +4,10 @@
 //! content blocks, or as Anthropic's typed stream events through the one
 //! stream core.
 //!
-//! The model name is not checked: Anthropic clients name Claude models
-//! (Claude Code even picks a smaller one for side tasks), and the one
-//! model loaded here answers them all, as llama-server does.
+//! A model name that is one of this server's picks that model; any other
+//! gets the default model, never a 404: Anthropic clients name Claude
+//! models (Claude Code even picks a smaller one for side tasks), and
+//! llama-server answers them all too.
 
 use std::time::Instant;
 
@@ -21,7 +22,7 @@ use skillhost_engine::{Timings, ToolCall};
 
 use crate::client_prompts::{ClientPrompts, Rule};
 use crate::http::body::read_json;
-use crate::http::chat::{guarded, ready_model};
+use crate::http::chat::{guarded, model_info, served_name};
 use crate::http::error::{AnthropicError, ApiError, ErrorStyle};
 use crate::http::openai::{
     ChatCompletionRequest, Spelling, Stop, WireContent, WireFile, WireFunction, WireFunctionCall, WireMessage,
@@ -521,8 +522,10 @@ async fn serve(
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
     let wire: MessagesRequest = read_json(request, payload).await?;
-    let info = ready_model(state)?;
-    let Translated { chat, applied, marks } = translate(wire, &state.client_prompts)?;
+    let asked = served_name(state, wire.model.as_deref());
+    let info = model_info(state, asked.as_deref()).await?;
+    let Translated { mut chat, applied, marks } = translate(wire, &state.client_prompts)?;
+    chat.model = asked;
     state.metrics.client_prompt_rewrites(&applied);
     let after_mark = tokens_after_mark(state, &chat, marks, &info.id).await;
     let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, chat).await?;
@@ -588,8 +591,11 @@ pub async fn count_tokens(
     // Counting needs no output budget.
     wire.max_tokens.get_or_insert(1);
     wire.stream = false;
-    let info = ready_model(&state)?;
-    let validated = translate(wire, &state.client_prompts)?.chat.validate(&info.id)?;
+    let asked = served_name(&state, wire.model.as_deref());
+    let info = model_info(&state, asked.as_deref()).await?;
+    let mut chat = translate(wire, &state.client_prompts)?.chat;
+    chat.model = Some(info.id.clone());
+    let validated = chat.validate(&info.id)?;
     let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;
     Ok(HttpResponse::Ok().json(json!({"input_tokens": input_tokens})))
 }

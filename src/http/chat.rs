@@ -57,13 +57,32 @@ pub fn check_skills(state: &AppState, request: &mut skillhost_actors::ChatReques
     Ok(())
 }
 
-/// The loaded model's id, or 503 while none is ready.
-pub fn ready_model(state: &AppState) -> Result<std::sync::Arc<skillhost_engine::ModelInfo>, ApiError> {
-    match state.server.status() {
-        ModelStatus::Ready { info, .. } => Ok(info),
-        ModelStatus::Loading => Err(ApiError::Unavailable("the model is loading; try again shortly".into())),
-        ModelStatus::Failed(reason) => Err(ApiError::Unavailable(format!("the model is not available: {reason}"))),
-    }
+/// The facts of the model a request names (the default for `None` or an
+/// empty name), loaded first: a request for a model that is not loaded
+/// waits for it. A name this server does not offer is a 404 that lists
+/// the ones it does; one that cannot be made ready is a 503.
+pub async fn model_info(
+    state: &AppState,
+    asked: Option<&str>,
+) -> Result<std::sync::Arc<skillhost_engine::ModelInfo>, ApiError> {
+    let backend = state.server.model(asked.filter(|name| !name.is_empty())).await?;
+    Ok(std::sync::Arc::clone(backend.info()))
+}
+
+/// `asked` when it names one of this server's models, else `None` (the
+/// default): for the surfaces whose clients name models of their own
+/// (Anthropic's clients name Claude models).
+pub fn served_name(state: &AppState, asked: Option<&str>) -> Option<String> {
+    let asked = asked?;
+    let bare = asked.strip_suffix(".gguf").unwrap_or(asked);
+    state.server.models().models.iter().find(|model| {
+        let id = match &model.status {
+            ModelStatus::Ready { info, .. } => Some(info.id.as_str()),
+            _ => None,
+        };
+        model.name == bare || id == Some(bare)
+    })?;
+    Some(bare.to_string())
 }
 
 /// Runs one chat handler: counts the request under `api`, turns a panic

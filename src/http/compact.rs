@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::http::access::Caller;
 use crate::http::body::read_json;
-use crate::http::chat::{guarded, ready_model};
+use crate::http::chat::{guarded, model_info};
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{ChatCompletionRequest, WireContent, WireMessage};
 use crate::http::responses::{input_items, messages_from_items, new_id, resolve, usage_json, SPELLING};
@@ -131,7 +131,7 @@ async fn run(
     }
     // Accepted as OpenAI's clients send them; they shape nothing here.
     let _ = (&asked.prompt_cache_key, &asked.prompt_cache_retention, &asked.prompt_cache_options, &asked.service_tier);
-    ready_model(state)?;
+    model_info(state, asked.model.as_deref()).await?;
     let owner = Caller::of(request);
     let given = input_items(asked.input)?;
     let (context, input) = resolve(state, &owner, asked.previous_response_id.as_deref(), None, given).await?;

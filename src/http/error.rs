@@ -220,6 +220,7 @@ impl From<ChatError> for ApiError {
         match err {
             ChatError::BadRequest(message) => ApiError::bad_request(message),
             ChatError::Unavailable(message) => ApiError::Unavailable(message),
+            ChatError::ModelNotFound(message) => ApiError::ModelNotFound(message),
             ChatError::Engine(message) => ApiError::Internal(message),
         }
     }

@@ -30,6 +30,8 @@ pub struct Metrics {
     queued: IntGauge,
     cancelled: IntGauge,
     model_ready: IntGauge,
+    models_loaded: IntGaugeVec,
+    model_running_turns: IntGaugeVec,
     batch_sequences_max: IntGauge,
     draft_tokens: IntCounter,
     draft_accepted_tokens: IntCounter,
@@ -271,7 +273,13 @@ impl Metrics {
         // engine restarts.
         let cancelled =
             IntGauge::new("cancelled_requests", "Requests the engine dropped because their client went away.")?;
-        let model_ready = IntGauge::new("model_ready", "1 when a model is loaded and serving.")?;
+        let model_ready = IntGauge::new("model_ready", "1 when the default model is loaded and serving.")?;
+        let models_loaded = IntGaugeVec::new(
+            Opts::new("model_loaded", "1 for each configured model in memory now, 0 for the others."),
+            &["model"],
+        )?;
+        let model_running_turns =
+            IntGaugeVec::new(Opts::new("model_running_turns", "Turns running on each model now."), &["model"])?;
         let draft_tokens = IntCounter::new(
             "draft_tokens_total",
             "Tokens drafted from the context (--spec-lookup) and checked by the model.",
@@ -305,6 +313,8 @@ impl Metrics {
         registry.register(Box::new(queued.clone()))?;
         registry.register(Box::new(cancelled.clone()))?;
         registry.register(Box::new(model_ready.clone()))?;
+        registry.register(Box::new(models_loaded.clone()))?;
+        registry.register(Box::new(model_running_turns.clone()))?;
         registry.register(Box::new(batch_sequences_max.clone()))?;
         registry.register(Box::new(draft_tokens.clone()))?;
         registry.register(Box::new(client_prompt_rewrites.clone()))?;
@@ -338,6 +348,8 @@ impl Metrics {
             queued,
             cancelled,
             model_ready,
+            models_loaded,
+            model_running_turns,
             batch_sequences_max,
             draft_tokens,
             draft_accepted_tokens,
@@ -385,6 +397,11 @@ impl Metrics {
             }
         }
         self.conversations.set(conversations as i64);
+        for model in &server.models().models {
+            let loaded = matches!(model.status, ModelStatus::Ready { .. });
+            self.models_loaded.with_label_values(&[model.name.as_str()]).set(i64::from(loaded));
+            self.model_running_turns.with_label_values(&[model.name.as_str()]).set(model.running as i64);
+        }
         match status {
             ModelStatus::Ready { stats, .. } => {
                 self.model_ready.set(1);
@@ -394,7 +411,7 @@ impl Metrics {
                 self.batch_sequences_max.set(stats.batch_sequences_max.load(Ordering::Relaxed) as i64);
                 self.upstreams.update(&stats.upstreams);
             }
-            ModelStatus::Loading | ModelStatus::Failed(_) => {
+            ModelStatus::Unloaded | ModelStatus::Loading | ModelStatus::Failed(_) => {
                 self.model_ready.set(0);
                 self.active_slots.set(0);
                 self.queued.set(0);

@@ -271,6 +271,11 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/ollama/api/ps")
+                .route(web::get().to(ollama::ps))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/ollama/api/show")
                 .route(web::post().to(ollama::show))
                 .default_service(web::to(ops::method_not_allowed)),
@@ -332,6 +337,8 @@ mod client_prompts_tests;
 mod conversations_tests;
 #[cfg(test)]
 mod files_tests;
+#[cfg(test)]
+mod models_tests;
 #[cfg(test)]
 mod responses_tests;
 #[cfg(test)]

@@ -11,16 +11,17 @@ use chrono::{SecondsFormat, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::{RoundStats, Surface};
-use skillhost_actors::{ChatFinish, Usage};
+use skillhost_actors::{ChatFinish, ModelStatus, Usage};
 use skillhost_engine::{ModelInfo, ToolCall};
 
 use crate::http::body::read_json;
-use crate::http::chat::{guarded, ready_model};
+use crate::http::chat::{guarded, model_info};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     ChatCompletionRequest, Spelling, Stop, WireContent, WireFunctionCall, WireImageUrl, WireJsonSchema, WireMessage,
     WirePart, WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
+use crate::http::ops::model_id;
 use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Ending, Finish};
 use crate::http::AppState;
 
@@ -362,18 +363,57 @@ fn parameter_size(n: u64) -> String {
     }
 }
 
-/// `GET /ollama/api/tags`
+/// `GET /ollama/api/tags`: every configured model, loaded or not.
 pub async fn tags(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
-    let info = ready_model(&state)?;
     let modified = chrono::DateTime::<Utc>::from_timestamp(state.started_at as i64, 0).unwrap_or_default();
-    Ok(HttpResponse::Ok().json(json!({"models": [{
-        "name": model_name(&info),
-        "model": model_name(&info),
-        "modified_at": modified.to_rfc3339_opts(SecondsFormat::Secs, true),
-        "size": info.size_bytes,
-        "digest": "",
-        "details": details(&info),
-    }]})))
+    let models: Vec<Value> = state
+        .server
+        .models()
+        .models
+        .iter()
+        .map(|model| {
+            let name = format!("{}{TAG}", model_id(model));
+            let details = match &model.status {
+                ModelStatus::Ready { info, .. } => details(info),
+                _ => json!({"format": "gguf"}),
+            };
+            json!({
+                "name": name,
+                "model": name,
+                "modified_at": modified.to_rfc3339_opts(SecondsFormat::Secs, true),
+                "size": model.bytes,
+                "digest": "",
+                "details": details,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"models": models})))
+}
+
+/// `GET /ollama/api/ps`: the models in memory now.
+pub async fn ps(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
+    let models: Vec<Value> = state
+        .server
+        .models()
+        .models
+        .iter()
+        .filter_map(|model| match &model.status {
+            ModelStatus::Ready { info, .. } => Some(json!({
+                "name": model_name(info),
+                "model": model_name(info),
+                "size": model.bytes,
+                "digest": "",
+                "details": details(info),
+                // Ollama's field for when it unloads the model; ours is
+                // --model-idle-unload after the last use, not a fixed time.
+                "expires_at": null,
+                "size_vram": 0,
+                "context_length": info.n_ctx,
+            })),
+            _ => None,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"models": models})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -390,16 +430,12 @@ pub async fn show(
     payload: web::Payload,
 ) -> Result<HttpResponse, PlainError> {
     let request: ShowRequest = read_json(&http, payload).await?;
-    let info = ready_model(&state)?;
     let asked = request.model.or(request.name).unwrap_or_default();
-    let bare = asked.strip_suffix(TAG).unwrap_or(&asked);
-    if bare != info.id && bare.strip_suffix(".gguf") != Some(info.id.as_str()) {
-        return Err(ApiError::ModelNotFound(format!(
-            "model '{asked}' not found; this server serves '{}'",
-            model_name(&info)
-        ))
-        .into());
+    if asked.is_empty() {
+        return Err(ApiError::bad_param("model", "'model' names the model to show").into());
     }
+    let bare = asked.strip_suffix(TAG).unwrap_or(&asked);
+    let info = model_info(&state, Some(bare)).await?;
     let mut capabilities = vec!["completion"];
     if info.format.capabilities().tools {
         capabilities.push("tools");

@@ -576,6 +576,7 @@ impl ChatCompletionRequest {
         };
         Ok(ValidatedChat {
             request: ChatRequest {
+                model: self.model.filter(|model| !model.is_empty()),
                 messages,
                 tools,
                 tool_choice,

@@ -3,9 +3,8 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
-use skillhost_actors::ModelStatus;
+use skillhost_actors::{ModelStatus, ModelView};
 
-use crate::http::chat::ready_model;
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::AppState;
 
@@ -13,6 +12,8 @@ use crate::http::AppState;
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     match state.server.status() {
         ModelStatus::Ready { .. } => HttpResponse::Ok().json(json!({"status": "ok"})),
+        // Unloaded after --model-idle-unload: the next request loads it.
+        ModelStatus::Unloaded => HttpResponse::Ok().json(json!({"status": "ok"})),
         ModelStatus::Loading => ApiError::Unavailable("the model is loading".into()).response(ErrorStyle::Plain),
         ModelStatus::Failed(reason) => {
             ApiError::Unavailable(format!("the model failed to load: {reason}")).response(ErrorStyle::Plain)
@@ -28,37 +29,74 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
-/// `GET /v1/models`: the loaded model with its context length.
+/// `GET /v1/models`: every configured model, the default first; a loaded
+/// one with its context length and facts. Listing never loads a model.
 pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiError> {
-    let info = ready_model(&state)?;
     let created_at = chrono::DateTime::<chrono::Utc>::from_timestamp(state.started_at as i64, 0)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    // OpenAI's list, with the fields Anthropic's SDK reads as well.
+    let view = state.server.models();
+    let data: Vec<_> = view
+        .models
+        .iter()
+        .map(|model| {
+            let id = model_id(model);
+            // OpenAI's entry, with the fields Anthropic's SDK reads as well.
+            let mut entry = json!({
+                "id": id,
+                "object": "model",
+                "type": "model",
+                "display_name": id,
+                "created_at": created_at,
+                "created": state.started_at,
+                "owned_by": "skillhost",
+                "loaded": matches!(model.status, ModelStatus::Ready { .. }),
+                "status": status_word(&model.status),
+                "size": model.bytes,
+            });
+            if let ModelStatus::Ready { info, .. } = &model.status {
+                entry["context_length"] = json!(info.n_ctx);
+                entry["meta"] = json!({
+                    "n_ctx": info.n_ctx,
+                    "n_ctx_train": info.n_ctx_train,
+                    "n_params": info.n_params,
+                    "size": info.size_bytes,
+                    "kv_size": info.kv_bytes,
+                    "architecture": info.architecture,
+                    "parallel": info.n_parallel,
+                });
+            }
+            entry
+        })
+        .collect();
+    let first = data.first().map(|m| m["id"].clone()).unwrap_or_default();
+    let last = data.last().map(|m| m["id"].clone()).unwrap_or_default();
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
         "has_more": false,
-        "first_id": info.id,
-        "last_id": info.id,
-        "data": [{
-            "id": info.id,
-            "object": "model",
-            "type": "model",
-            "display_name": info.id,
-            "created_at": created_at,
-            "created": state.started_at,
-            "owned_by": "skillhost",
-            "context_length": info.n_ctx,
-            "meta": {
-                "n_ctx": info.n_ctx,
-                "n_ctx_train": info.n_ctx_train,
-                "n_params": info.n_params,
-                "size": info.size_bytes,
-                "architecture": info.architecture,
-                "parallel": info.n_parallel,
-            },
-        }],
+        "first_id": first,
+        "last_id": last,
+        "data": data,
     })))
+}
+
+/// A model's name as requests use it: the id it reports once loaded (an
+/// upstream's model), the configured name before.
+pub fn model_id(model: &ModelView) -> String {
+    match &model.status {
+        ModelStatus::Ready { info, .. } => info.id.clone(),
+        _ => model.name.clone(),
+    }
+}
+
+/// One word for a model's state, as the listings show it.
+pub fn status_word(status: &ModelStatus) -> &'static str {
+    match status {
+        ModelStatus::Unloaded => "unloaded",
+        ModelStatus::Loading => "loading",
+        ModelStatus::Ready { .. } => "loaded",
+        ModelStatus::Failed(_) => "failed",
+    }
 }
 
 /// The error shape of the path as the router and the gate read it.

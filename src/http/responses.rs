@@ -28,7 +28,7 @@ use skillhost_engine::{schema_limits, Timings, ToolCall};
 
 use crate::http::access::Caller;
 use crate::http::body::read_json;
-use crate::http::chat::{guarded, ready_model};
+use crate::http::chat::{guarded, model_info};
 use crate::http::error::{ApiError, OpenAiError};
 use crate::http::openai::{
     is_valid_tool_name, ChatCompletionRequest, Spelling, WireContent, WireFile, WireFunction, WireFunctionCall,
@@ -1100,7 +1100,7 @@ async fn prepare(
     mut wire: ResponsesRequest,
     last: Option<&Remembered>,
 ) -> Result<Prepared, ApiError> {
-    let info = ready_model(state)?;
+    let info = model_info(state, wire.model.as_deref()).await?;
     wire.refuse_unsupported()?;
     let owner = Caller::of(request);
     let mut given = input_items(wire.input.take())?;
@@ -1344,7 +1344,7 @@ pub async fn input_tokens(
         truncation: asked.truncation,
         ..ResponsesRequest::default()
     };
-    let info = ready_model(&state)?;
+    let info = model_info(&state, wire.model.as_deref()).await?;
     wire.refuse_unsupported()?;
     let owner = Caller::of(&request);
     let given = input_items(wire.input.take())?;

@@ -18,7 +18,7 @@ use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
 use crate::http::body::read_json;
-use crate::http::chat::{ready_model, start};
+use crate::http::chat::{model_info, start};
 use crate::http::error::ApiError;
 use crate::http::openai::{ChatCompletionRequest, Spelling, WireNamed, WireToolChoice};
 use crate::http::peer::PeerWatch;
@@ -46,7 +46,6 @@ pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
     translate: impl FnOnce(R) -> Result<ChatCompletionRequest, ApiError>,
 ) -> Result<Begun, ApiError> {
     let wire: R = read_json(request, payload).await?;
-    ready_model(state)?;
     begin_translated(state, request, spelling, translate(wire)?).await
 }
 
@@ -58,7 +57,10 @@ pub async fn begin_translated(
     spelling: &Spelling,
     mut translated: ChatCompletionRequest,
 ) -> Result<Begun, ApiError> {
-    let info = ready_model(state)?;
+    let info = model_info(state, translated.model.as_deref()).await?;
+    // The name as the model calls itself, so validation and the loop's
+    // routing see one spelling.
+    translated.model = Some(info.id.clone());
     apply_tool_choice_header(request, &mut translated)?;
     let validated = translated.validate_as(&info.id, spelling)?;
     let mut chat_request = validated.request;

@@ -13,7 +13,7 @@ use actix_web::web;
 use skillhost_actors::artifacts::{ArtifactLimits, ArtifactStore};
 use skillhost_actors::chat_loop::LoopSettings;
 use skillhost_actors::model::scripted::{ScriptedBackend, ScriptedOutput};
-use skillhost_actors::model::ModelSource;
+use skillhost_actors::model::{Catalog, ModelSource};
 use skillhost_actors::sandbox::interpreters::Interpreters;
 use skillhost_actors::sandbox::launch::Launcher;
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
@@ -70,6 +70,9 @@ pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, sele
 enum Model {
     Scripted(Arc<ScriptedBackend>),
     Real(EngineConfig),
+    /// Several models under one server; the first scripted one is
+    /// `Running::backend`.
+    Catalog(Catalog, Option<Arc<ScriptedBackend>>),
 }
 
 /// The real sandbox, as the code tests run it.
@@ -134,6 +137,12 @@ impl TestServer {
             ..Default::default()
         };
         Self::with_model(Model::Real(engine))
+    }
+
+    /// On several models; `backend` is the scripted one whose prompts the
+    /// test reads, if any.
+    pub(crate) fn models(catalog: Catalog, backend: Option<Arc<ScriptedBackend>>) -> Self {
+        Self::with_model(Model::Catalog(catalog, backend))
     }
 
     fn with_model(model: Model) -> Self {
@@ -286,9 +295,10 @@ impl TestServer {
             Some(dir) => Store::open(dir, Default::default())?,
             None => Store::temporary()?,
         };
-        let (model, backend) = match self.model {
-            Model::Scripted(backend) => (ModelSource::Provided(backend.clone()), Some(backend)),
-            Model::Real(engine) => (ModelSource::Load(engine), None),
+        let (models, backend) = match self.model {
+            Model::Scripted(backend) => (Catalog::single(ModelSource::Provided(backend.clone())), Some(backend)),
+            Model::Real(engine) => (Catalog::single(ModelSource::Load(engine)), None),
+            Model::Catalog(catalog, backend) => (catalog, backend),
         };
         let (exec, artifacts, base) = match self.exec {
             Some(exec) => {
@@ -298,7 +308,7 @@ impl TestServer {
             None => (None, None, None),
         };
         let config = ServerConfig {
-            model,
+            models,
             skills: self.skills,
             loop_settings: self.loop_settings,
             exec,

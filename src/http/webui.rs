@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use skillhost_actors::store::{unix_now, webui as webui_store};
+use skillhost_actors::ModelStatus;
 
 use crate::http::body::{content_length, parse_json, read_limited, MAX_JSON_BODY_BYTES};
-use crate::http::chat::{guarded, ready_model, start};
+use crate::http::chat::{guarded, model_info, start};
 use crate::http::error::{ApiError, ErrorStyle, PlainError};
 use crate::http::openai::{
     finish_reason, rounds_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest, Spelling,
@@ -77,9 +78,11 @@ pub async fn assets(name: web::Path<String>) -> HttpResponse {
     asset(&name)
 }
 
-/// `GET /api/models`: the loaded model and what the UI may offer.
+/// `GET /api/models`: the models (the default first; the page's picker
+/// offers them all) and what the UI may offer. It waits for the default
+/// model, whose facts the page starts from.
 pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, PlainError> {
-    let info = ready_model(&state)?;
+    model_info(&state, None).await?;
     let code_exec = state.server.exec().is_some_and(|e| e.code_exec);
     let skills = state.server.skills().map(|skills| {
         json!({
@@ -89,15 +92,30 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, PlainErr
             "count": skills.snapshot().skills.len(),
         })
     });
+    let view = state.server.models();
+    let data: Vec<_> = view
+        .models
+        .iter()
+        .map(|model| match &model.status {
+            ModelStatus::Ready { info, .. } => json!({
+                "id": info.id,
+                "object": "model",
+                "loaded": true,
+                "context_length": info.n_ctx,
+                "architecture": info.architecture,
+                "capabilities": {"tools": info.format.capabilities().tools, "codeExec": code_exec},
+            }),
+            status => json!({
+                "id": model.name,
+                "object": "model",
+                "loaded": false,
+                "status": crate::http::ops::status_word(status),
+            }),
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
-        "data": [{
-            "id": info.id,
-            "object": "model",
-            "context_length": info.n_ctx,
-            "architecture": info.architecture,
-            "capabilities": {"tools": info.format.capabilities().tools, "codeExec": code_exec},
-        }],
+        "data": data,
         "skills": skills,
     })))
 }
@@ -108,6 +126,8 @@ const SPELLING: Spelling = Spelling { max_tokens: "maxTokens", surface: Surface:
 /// The body of `POST /api/chat`.
 #[derive(Debug, Deserialize)]
 pub struct WebChatRequest {
+    /// The model the page's picker chose; the default when absent.
+    model: Option<String>,
     messages: Vec<WireMessage>,
     #[serde(default)]
     skills: Vec<String>,
@@ -165,7 +185,7 @@ async fn start_chat(
     let web_request: WebChatRequest = parse_json(&body)?;
     // The messages as the page sent them, for the history the store keeps.
     let kept: KeptMessages = serde_json::from_slice(&body).map_err(|err| ApiError::bad_request(err.to_string()))?;
-    let info = ready_model(state)?;
+    let info = model_info(state, web_request.model.as_deref()).await?;
     // The server issues conversation ids; one it did not issue (or has
     // deleted) starts a new conversation instead of naming someone's folder.
     let given = conversation_id(web_request.conversation_id)?;
@@ -182,6 +202,7 @@ async fn start_chat(
     let conversation = state.server.conversations().reopen_or_start(given.as_deref(), &caller, stored.is_some());
     let stored = stored.filter(|_| given.as_deref() == Some(conversation.as_str()));
     let mut wire = ChatCompletionRequest {
+        model: Some(info.id.clone()),
         messages: web_request.messages,
         skills: web_request.skills,
         skills_discovery: web_request.skills_discovery,

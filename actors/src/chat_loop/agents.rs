@@ -490,6 +490,7 @@ async fn spawn(
     ));
     let budget = super::round::remaining_budget(state).map_or(limits.tokens, |left| left.min(limits.tokens));
     let request = ChatRequest {
+        model: state.request.model.clone(),
         messages,
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: state.request.parallel_tool_calls,
@@ -725,7 +726,10 @@ pub(super) fn on_child_event(myself: &ActorRef<LoopMsg>, state: &mut LoopState, 
         }
         ChatEvent::Failed(err) => {
             let why = match err {
-                ChatError::BadRequest(m) | ChatError::Unavailable(m) | ChatError::Engine(m) => m,
+                ChatError::BadRequest(m)
+                | ChatError::Unavailable(m)
+                | ChatError::ModelNotFound(m)
+                | ChatError::Engine(m) => m,
             };
             fail(myself, state, index, format!("The agent failed: {why}."));
         }

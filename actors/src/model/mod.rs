@@ -3,6 +3,7 @@
 //! the engine thread dies.
 
 pub mod backend;
+pub mod catalog;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 
@@ -12,6 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use skillhost_engine::{Engine, EngineConfig, Exit, Remote, RemoteConfig};
 
 pub use backend::ModelBackend;
+pub use catalog::{Catalog, ModelEntry, ModelLimits};
 
 /// Where the model comes from.
 #[derive(Clone)]
@@ -35,6 +37,19 @@ impl std::fmt::Debug for ModelSource {
 }
 
 impl ModelSource {
+    /// The name requests use for it before it is loaded: the configured
+    /// name or the file's; an upstream fleet's and a provided model's come
+    /// from their own facts once loaded (see `Catalog::resolve`).
+    pub fn name(&self) -> String {
+        match self {
+            ModelSource::Load(config) => {
+                config.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&config.model_path))
+            }
+            ModelSource::Remote(_) => self.describe(),
+            ModelSource::Provided(backend) => backend.info().id.clone(),
+        }
+    }
+
     /// A name for logs: the model file or the provided model's id.
     pub fn describe(&self) -> String {
         match self {

@@ -110,6 +110,7 @@ impl ScriptedBackend {
             n_parallel: 1,
             n_params: 0,
             size_bytes: 0,
+            kv_bytes: 0,
             format: ChatFormat::new(template),
         };
         Ok(ScriptedBackend {
@@ -119,6 +120,14 @@ impl ScriptedBackend {
             submitted: Mutex::new(Vec::new()),
             limit_context: false,
         })
+    }
+
+    /// Names the model `id` (a server with several scripted models).
+    pub fn named(mut self, id: &str) -> Self {
+        if let Some(info) = Arc::get_mut(&mut self.info) {
+            info.id = id.to_string();
+        }
+        self
     }
 
     /// Refuses a prompt longer than the context, counting four bytes a token.

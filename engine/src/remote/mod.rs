@@ -242,6 +242,7 @@ impl Remote {
             n_parallel,
             n_params,
             size_bytes,
+            kv_bytes: 0,
             format,
         };
         let stats = Arc::new(EngineStats {

@@ -1,0 +1,130 @@
+//! Several models in one process, as a server with `--model` given twice
+//! runs them: one engine thread each. Figures, each the median of
+//! [`RUNS`] with min–max:
+//!
+//! - load plus first token: from `Engine::start` to the first text of a
+//!   request, for each model (what a request that finds its model
+//!   unloaded waits for, before the server's own few milliseconds);
+//! - the default model's single-stream decode with the second model
+//!   loaded and idle, over the same decode with it alone;
+//! - both models decoding one stream each at once, aggregate tokens a
+//!   second, over one at a time.
+//!
+//! With llama.cpp's OpenMP build, each engine thread leads its own OpenMP
+//! team; once the process holds more OpenMP threads than cores, libgomp
+//! stops spinning at barriers and sleeps on a futex, and ggml waits at a
+//! barrier after every operation. The second row shows what that costs.
+
+use std::time::Instant;
+
+use skillhost_engine::{Engine, EngineConfig, GenerateRequest, GenerationEvent};
+
+const RUNS: usize = 3;
+/// Tokens each measured stream generates.
+const TOKENS: u32 = 128;
+/// The second model: gemma-3-270m, which `make test-models` fetches.
+pub const SECOND: &str = "models/gemma-3-270m-q4_k_m.gguf";
+
+/// A greedy story of exactly [`TOKENS`] tokens (the end token is ignored).
+fn request(engine: &Engine, topic: &str) -> GenerateRequest {
+    let mut request = super::lookup::request(engine, &format!("Write a long story about {topic}."), TOKENS);
+    request.sampling.ignore_eos = true;
+    request
+}
+
+/// Tokens generated and the seconds after the first one, and when the
+/// first text arrived.
+async fn generate(engine: &Engine, topic: &str) -> (usize, f64, Instant) {
+    let mut submitted = engine.submit(request(engine, topic)).await.expect("submitted");
+    let mut first = None;
+    while let Some(event) = submitted.events.recv().await {
+        match event {
+            GenerationEvent::Text(_) => {
+                first.get_or_insert_with(Instant::now);
+            }
+            GenerationEvent::Finished { timings, .. } => {
+                return (timings.predicted_n, timings.predicted_ms / 1000.0, first.unwrap_or_else(Instant::now))
+            }
+            GenerationEvent::Failed(err) => panic!("generation failed: {err}"),
+            GenerationEvent::ToolCalls(_) => panic!("calls from the local engine"),
+        }
+    }
+    panic!("no finish")
+}
+
+fn config(path: &str) -> EngineConfig {
+    EngineConfig { model_path: path.into(), n_ctx: Some(2048), n_parallel: 2, ..Default::default() }
+}
+
+/// Seconds from starting an engine for `path` to the first text of a request.
+async fn load_and_first_token(path: &str) -> (Engine, f64) {
+    let started = Instant::now();
+    let config = config(path);
+    let (engine, _exit) = tokio::task::spawn_blocking(move || Engine::start(config)).await.unwrap().expect("engine");
+    let (_, _, first) = generate(&engine, "a lighthouse").await;
+    (engine, (first - started).as_secs_f64())
+}
+
+async fn rate(engine: &Engine, topic: &str) -> f64 {
+    let (tokens, seconds, _) = generate(engine, topic).await;
+    tokens as f64 / seconds
+}
+
+fn median(mut values: Vec<f64>) -> String {
+    values.sort_by(|a, b| a.total_cmp(b));
+    format!("{:.2} ({:.2}–{:.2})", values[values.len() / 2], values[0], values[values.len() - 1])
+}
+
+pub fn run() {
+    assert!(std::path::Path::new(SECOND).exists(), "{SECOND} is missing: run `make test-models`");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let (mut loads_first, mut loads_second) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            let (engine, seconds) = load_and_first_token(super::MODEL).await;
+            loads_first.push(seconds * 1000.0);
+            drop(engine);
+            let (engine, seconds) = load_and_first_token(SECOND).await;
+            loads_second.push(seconds * 1000.0);
+            drop(engine);
+        }
+        println!("  load + first token, default model: {} ms", median(loads_first));
+        println!("  load + first token, gemma-3-270m: {} ms", median(loads_second));
+
+        // The default model alone, then beside an idle second engine, in
+        // turn; the second engine is started and dropped each round.
+        let (first, _) = load_and_first_token(super::MODEL).await;
+        let (mut alone, mut beside, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..RUNS {
+            let a = rate(&first, &format!("a harbour {round}")).await;
+            let (second, _) = load_and_first_token(SECOND).await;
+            let b = rate(&first, &format!("a harbour {round}")).await;
+            drop(second);
+            alone.push(a);
+            beside.push(b);
+            ratios.push(b / a);
+        }
+        println!("  default model decode alone: {} tok/s", median(alone));
+        println!("  default model decode, second model loaded and idle: {} tok/s", median(beside));
+        println!("  ratio (idle second model / alone): {}", median(ratios));
+
+        let (second, _) = load_and_first_token(SECOND).await;
+        let (mut one_at_a_time, mut together, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..RUNS {
+            let started = Instant::now();
+            let (ta, _, _) = generate(&first, &format!("a river {round}")).await;
+            let (tb, _, _) = generate(&second, &format!("a river {round}")).await;
+            let sequential = (ta + tb) as f64 / started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            let topic = format!("a road {round}");
+            let ((ta, _, _), (tb, _, _)) = futures_util::join!(generate(&first, &topic), generate(&second, &topic));
+            let both = (ta + tb) as f64 / started.elapsed().as_secs_f64();
+            one_at_a_time.push(sequential);
+            together.push(both);
+            ratios.push(both / sequential);
+        }
+        println!("  two models one at a time: {} tok/s", median(one_at_a_time));
+        println!("  two models at once: {} tok/s", median(together));
+        println!("  ratio (at once / one at a time): {}", median(ratios));
+    });
+}
