@@ -21,6 +21,8 @@ const chat = {
   // Bumped by every new conversation, so that a turn stopped by one does not
   // write its answer into the next.
   epoch: 0,
+  // The server's models (GET /api/models), the default first.
+  models: [],
   // Whether the server has skills at all (GET /api/models says null if not).
   skillsEnabled: false,
   // The running turn's child agents by id: { state, detail }.
@@ -240,11 +242,17 @@ async function loadModels() {
     if (error.status === 503) setTimeout(loadModels, 2000);
     return;
   }
-  const model = models.data?.[0];
-  const context = Number.isFinite(model?.context_length)
-    ? ` · ${model.context_length.toLocaleString('en')} tokens of context`
-    : '';
-  $('model-info').textContent = model ? `${model.id}${context}` : 'No model is loaded.';
+  chat.models = models.data ?? [];
+  // With several models, a picker: each turn runs on the one it shows
+  // (the default, listed first, until the user picks another).
+  const picker = $('model-picker');
+  if (chat.models.length > 1) {
+    const before = picker.value;
+    picker.replaceChildren(...chat.models.map((model) => new Option(model.id, model.id)));
+    if (chat.models.some((model) => model.id === before)) picker.value = before;
+    picker.hidden = false;
+  }
+  showModel();
   // null means this server has no skills: no picker at all, not an empty one.
   chat.skillsEnabled = Boolean(models.skills);
   if (!chat.skillsEnabled) return;
@@ -254,6 +262,28 @@ async function loadModels() {
     $('skill-options').replaceChildren(el('span', 'error-text', error.message));
     $('skill-picker').hidden = false;
   }
+}
+
+// After a turn: whether the chosen model is loaded now, and its context.
+async function refreshModels() {
+  if ($('model-picker').hidden) return;
+  try {
+    chat.models = (await fetchJson('/api/models')).data ?? chat.models;
+    showModel();
+  } catch {
+    // The header keeps what it showed.
+  }
+}
+
+// The header's line for the chosen model: its name, and its context once
+// it is loaded (one not loaded yet loads with the next turn).
+function showModel() {
+  const picker = $('model-picker');
+  const model = chat.models.find((m) => !picker.hidden && m.id === picker.value) ?? chat.models[0];
+  const context = Number.isFinite(model?.context_length)
+    ? ` · ${model.context_length.toLocaleString('en')} tokens of context`
+    : model && model.loaded === false ? ' · loads with the next turn' : '';
+  $('model-info').textContent = model ? `${model.id}${context}` : 'No model is loaded.';
 }
 
 // ---------------------------------------------------------------------------
@@ -666,6 +696,7 @@ function appendAssistantMessage() {
 
 function requestBody() {
   const body = { messages: chat.history.map(({ role, content }) => ({ role, content })) };
+  if (!$('model-picker').hidden) body.model = $('model-picker').value;
   if (chat.skillsEnabled) {
     const skills = selectedSkills();
     if (skills.length) body.skills = skills;
@@ -872,6 +903,7 @@ function sendPrompt() {
     // next request does not carry two user messages in a row.
     if (turn.content) chat.history.push({ role: 'assistant', content: turn.content });
     else chat.history.pop();
+    refreshModels();
   });
 }
 
@@ -1330,6 +1362,9 @@ function start() {
   // Another selection is another conversation: the model's context differs.
   $('skill-options').addEventListener('change', newConversation);
   $('discovery').addEventListener('change', newConversation);
+  // A turn after the switch runs on the model picked; the header says
+  // which, and the next /api/models (after a turn) whether it is loaded.
+  $('model-picker').addEventListener('change', showModel);
 
   $('upload-form').addEventListener('submit', uploadSkill);
   $('rescan').addEventListener('click', rescan);

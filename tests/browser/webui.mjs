@@ -51,6 +51,8 @@ const REPO = resolve(HERE, '..', '..');
 const TARGET = process.env.CARGO_TARGET_DIR ? resolve(REPO, process.env.CARGO_TARGET_DIR) : join(REPO, 'target');
 const BINARY = join(TARGET, 'release', 'skillhost');
 const MODEL = join(REPO, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+// The second model of the several-models step (`make test-models`).
+const GEMMA = join(REPO, 'models', 'gemma-3-270m-q4_k_m.gguf');
 const VENV_PYTHON = join(REPO, '.venv', 'bin', 'python');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = join(HERE, 'output');
@@ -1117,6 +1119,37 @@ async function run() {
       check(download.suggestedFilename() === PDF_NAME, `the download is named ${JSON.stringify(download.suggestedFilename())}, not ${PDF_NAME}`);
       const saved = await readFile(await download.path());
       check(saved.equals(pdf), `the downloaded PDF has ${saved.length} bytes that differ from the ${pdf.length} on disk`);
+    } finally {
+      await tab.close();
+    }
+  });
+
+  await step(15, 'with two models, the picker switches the next turn to the other, which loads for it', async () => {
+    check(existsSync(GEMMA), `the model ${GEMMA} is missing; fetch it with: make test-models`);
+    const address = await startServer([], ['--model', MODEL, '--model', `gemma=${GEMMA}`]);
+    const tab = await context.newPage();
+    watchProblems(tab);
+    try {
+      await tab.goto(`${address}/`);
+      await tab.waitForSelector('#model-picker:not([hidden])');
+      const options = await tab.evaluate(() => [...document.querySelectorAll('#model-picker option')].map((o) => o.value));
+      check(JSON.stringify(options) === JSON.stringify(['SmolLM2-135M-Instruct.Q4_1', 'gemma']), `the picker offers ${JSON.stringify(options)}`);
+      await tab.selectOption('#model-picker', 'gemma');
+      const before = await tab.textContent('#model-info');
+      check(before === 'gemma · loads with the next turn', `the header shows ${JSON.stringify(before)} before gemma loads`);
+      await tab.click('#settings > summary');
+      await tab.fill('#temperature', '0');
+      await tab.fill('#max-tokens', '8');
+      // Only the turn's structure and the model it ran on are checked: the
+      // words are gemma's.
+      await send(tab, 'Say hello.');
+      await waitForTurnEnd(tab, TOOL_TURN_TIMEOUT_MS);
+      const answer = await lastAssistant(tab);
+      check(answer.state === 'done', `the turn on gemma did not finish: ${describe(answer)}`);
+      const listed = await (await fetch(`${address}/v1/models`)).json();
+      const gemma = listed.data.find((model) => model.id === 'gemma');
+      check(gemma?.loaded === true, `gemma is not loaded after its turn: ${JSON.stringify(listed.data)}`);
+      await tab.waitForFunction(() => document.getElementById('model-info').textContent === 'gemma · 8,192 tokens of context');
     } finally {
       await tab.close();
     }
