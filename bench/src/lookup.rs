@@ -8,11 +8,11 @@
 //! without; a single stream's first output is also checked to be the same
 //! text, and the copy's lines counted against the file. The same workloads against
 //! llama-server with and without its own n-gram speculation, through both
-//! servers' HTTP, are `baseline::lookup`, and those are the figures: two
-//! engines in one process lead two OpenMP teams, which on a host with few
-//! cores makes every one-position step wait at ggml's barriers, so the
-//! ratios here overstate the gain (docs/benchmarks.md, "Drafting from the
-//! context").
+//! servers' HTTP, are `baseline::lookup`, and those are the figures: with
+//! llama.cpp's OpenMP build, two engines in one process made every
+//! one-position step wait at ggml's barriers, so the ratios here overstated
+//! the gain (docs/benchmarks.md, "Drafting from the context"); without it
+//! they take turns (`models`).
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -53,7 +53,7 @@ async fn generate(engine: &Engine, topic: &str) -> (usize, f64, Instant) {
 }
 
 fn config(path: &str) -> EngineConfig {
-    EngineConfig { model_path: path.into(), n_ctx: Some(2048), n_parallel: 2, ..Default::default() }
+    EngineConfig { model_path: path.into(), n_ctx: Some(4096), n_parallel: 2, ..Default::default() }
 }
 
 /// Seconds from starting an engine for `path` to the first text of a request.
@@ -88,6 +88,19 @@ pub fn run() {
             loads_second.push(seconds * 1000.0);
             drop(engine);
         }
+        // Prefill of one ~3,000-token prompt, alone, on a fresh engine each time.
+        let mut prefill = Vec::new();
+        for _ in 0..RUNS {
+            let (engine, _) = load_and_first_token(super::MODEL).await;
+            let text = super::lookup::copy_prompt().repeat(3);
+            let mut submitted = engine.submit(super::lookup::request(&engine, &text, 1)).await.expect("submitted");
+            while let Some(event) = submitted.events.recv().await {
+                if let GenerationEvent::Finished { timings, .. } = event {
+                    prefill.push(timings.prompt_n as f64 / (timings.prompt_ms / 1000.0));
+                }
+            }
+        }
+        println!("  prefill of ~3,000 tokens, default model: {} tok/s", median(prefill));
         println!("  load + first token, default model: {} ms", median(loads_first));
         println!("  load + first token, gemma-3-270m: {} ms", median(loads_second));
 

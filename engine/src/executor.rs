@@ -52,6 +52,17 @@ use crate::schedule::{self, Admission, Cache, Candidate, Placement, SlotView};
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
 
+/// One engine steps at a time in the process, on the CPU. Each step's
+/// graph runs on ggml's threads across every core and waits at a barrier
+/// after each operation by spinning; two engines stepping at once (two
+/// models) put twice the spinning threads on the cores, and one whose
+/// thread is descheduled holds up the other's barriers: two models at
+/// once fell to 0.10x of one at a time. Holding the turn over the whole
+/// step (sampling too, which would otherwise take a core from the other's
+/// graph) gives 0.94x (`skillhost-bench models`). A GPU build runs its
+/// graphs on the device and takes no turn.
+static STEP_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Entry point of the engine thread.
 pub(crate) fn run(
     config: EngineConfig,
@@ -683,6 +694,8 @@ impl<'m> Executor<'m> {
 
     /// Builds and decodes one batch, then samples.
     fn step(&mut self) {
+        // A poisoned turn is still a turn: the step that panicked held no state in it.
+        let _turn = (!crate::GPU_BUILD).then(|| STEP_TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         self.make_room();
         self.batch.clear();
         let mut budget = BATCH_SIZE as usize;
