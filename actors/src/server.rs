@@ -358,16 +358,6 @@ impl Server {
         }
     }
 
-    /// Unloads a model now (admin); refused while turns run on it.
-    pub async fn unload_model(&self, name: &str) -> Result<(), ChatError> {
-        let model = name.to_string();
-        match self.supervisor.call(|reply| SupervisorMsg::Unload { model, reply }, Some(START_TIMEOUT)).await {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            Ok(_) => Err(ChatError::Unavailable("the server did not answer in time".into())),
-            Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
-        }
-    }
-
     /// Waits until the default model is ready or failed to load.
     pub async fn wait_until_loaded(&self) -> ModelStatus {
         let mut status = self.status.clone();

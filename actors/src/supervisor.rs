@@ -132,9 +132,6 @@ pub enum SupervisorMsg {
     /// Sent by the HTTP layer for a model's facts or to count a prompt's
     /// tokens: the named model (the default for `None`), loaded first.
     Backend { model: Option<String>, reply: RpcReplyPort<Result<Arc<dyn ModelBackend>, ChatError>> },
-    /// Sent by an admin route: unload a model now (refused while turns run
-    /// on it).
-    Unload { model: String, reply: RpcReplyPort<Result<(), ChatError>> },
     /// Sent by a timer every [`MODEL_TICK`]: unload idle models, give up
     /// on waits past their deadline.
     Tick,
@@ -316,21 +313,6 @@ impl Actor for Supervisor {
                 state.slots[index].waiting.push(waiter);
                 want(&myself, state, index);
                 serve_waiters(&myself, state).await;
-            }
-            SupervisorMsg::Unload { model, reply } => {
-                let result = match resolve(state, Some(&model)) {
-                    Ok(index) if state.slots[index].running > 0 => Err(ChatError::BadRequest(format!(
-                        "the model '{}' has {} turns running; it is unloaded once they end",
-                        state.slots[index].name, state.slots[index].running
-                    ))),
-                    Ok(index) => {
-                        unload(state, index, "an admin asked");
-                        Ok(())
-                    }
-                    Err(err) => Err(err),
-                };
-                let _ = reply.send(result);
-                publish(state);
             }
             SupervisorMsg::Tick => {
                 let now = Instant::now();
@@ -534,22 +516,22 @@ fn unload(state: &mut SupervisorState, index: usize, why: &str) {
 /// Answers every waiter whose model is ready (or failed).
 async fn serve_waiters(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     for index in 0..state.slots.len() {
-        let waiting = match &state.slots[index].phase {
-            Phase::Ready { .. } | Phase::Failed(_) => std::mem::take(&mut state.slots[index].waiting),
+        let slot = &state.slots[index];
+        let ready = match &slot.phase {
+            Phase::Ready { backend, .. } => Ok(Arc::clone(backend)),
+            Phase::Failed(reason) => Err(format!("the model '{}' is not available: {reason}", slot.name)),
             Phase::Unloaded | Phase::Loading => continue,
         };
-        for waiter in waiting {
+        for waiter in std::mem::take(&mut state.slots[index].waiting) {
             if waiter.gone() {
                 continue;
             }
-            let backend = match &state.slots[index].phase {
-                Phase::Ready { backend, .. } => Arc::clone(backend),
-                Phase::Failed(reason) => {
-                    let name = &state.slots[index].name;
-                    waiter.fail(ChatError::Unavailable(format!("the model '{name}' is not available: {reason}")));
+            let backend = match &ready {
+                Ok(backend) => Arc::clone(backend),
+                Err(reason) => {
+                    waiter.fail(ChatError::Unavailable(reason.clone()));
                     continue;
                 }
-                Phase::Unloaded | Phase::Loading => unreachable!("only ready and failed models are served"),
             };
             state.slots[index].last_used = Instant::now();
             match waiter.wants {

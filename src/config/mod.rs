@@ -1405,6 +1405,18 @@ mod tests {
         assert!(refused(&["--models-memory", "lots"]).contains("--models-memory: 'lots' is not a size"));
         assert!(refused(&["--model", "x=/no/such.gguf"]).contains("/no/such.gguf does not exist"));
 
+        // At most MAX_MODELS, and one past it is refused.
+        let many = dir.path().join("many");
+        std::fs::create_dir(&many).unwrap();
+        for n in 0..models::MAX_MODELS {
+            write(&many, &format!("m{n}.gguf"), "");
+        }
+        let many_arg = many.to_string_lossy().into_owned();
+        assert_eq!(from_args(&["--no-skills", "--models-dir", &many_arg]).unwrap().models.len(), models::MAX_MODELS);
+        write(&many, "one-more.gguf", "");
+        let err = from_args(&["--no-skills", "--models-dir", &many_arg]).unwrap_err().0;
+        assert!(err.contains("257 models are configured; one server offers at most 256"), "{err}");
+
         // The file: `model` as NAME=PATH and `models` as mappings, paths
         // relative to the file's folder.
         let file = write(
