@@ -108,24 +108,6 @@ impl Catalog {
         names.extend(self.entries.iter().map(|e| e.name.as_str()).filter(|name| *name != self.default_name()));
         names
     }
-
-    /// The entry a request's `model` field names: empty or absent is the
-    /// default; a name may carry the `.gguf` its file had.
-    pub fn resolve(&self, asked: Option<&str>) -> Result<&ModelEntry, String> {
-        let asked = asked.unwrap_or_default();
-        if asked.is_empty() {
-            return Ok(&self.entries[self.default]);
-        }
-        let bare = asked.strip_suffix(".gguf").unwrap_or(asked);
-        self.entries.iter().find(|entry| entry.name == asked || entry.name == bare).ok_or_else(|| {
-            let names = self.names();
-            if names.len() == 1 {
-                format!("the model '{asked}' is not served here; this server serves '{}'", names[0])
-            } else {
-                format!("the model '{asked}' is not served here; the models are: {}", names.join(", "))
-            }
-        })
-    }
 }
 
 /// A loaded model as the eviction rule sees it.
@@ -267,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn names_resolve_with_or_without_gguf_and_unknown_ones_list_the_models() {
+    fn the_default_leads_the_names_and_duplicates_or_an_unknown_default_are_refused() {
         let entry = |name: &str| ModelEntry {
             name: name.into(),
             source: ModelSource::Load(skillhost_engine::EngineConfig {
@@ -277,11 +259,8 @@ mod tests {
             bytes: 0,
         };
         let catalog = Catalog::new(vec![entry("small"), entry("big")], Some("big"), ModelLimits::default()).unwrap();
-        assert_eq!(catalog.resolve(None).unwrap().name, "big");
-        assert_eq!(catalog.resolve(Some("")).unwrap().name, "big");
-        assert_eq!(catalog.resolve(Some("small.gguf")).unwrap().name, "small");
-        let err = catalog.resolve(Some("huge")).unwrap_err();
-        assert_eq!(err, "the model 'huge' is not served here; the models are: big, small");
+        assert_eq!(catalog.default_name(), "big");
+        assert_eq!(catalog.names(), ["big", "small"]);
         assert_eq!(
             Catalog::new(vec![entry("a"), entry("a")], None, ModelLimits::default()).unwrap_err(),
             CatalogError::Duplicate("a".into())

@@ -39,7 +39,7 @@ impl std::fmt::Debug for ModelSource {
 impl ModelSource {
     /// The name requests use for it before it is loaded: the configured
     /// name or the file's; an upstream fleet's and a provided model's come
-    /// from their own facts once loaded (see `Catalog::resolve`).
+    /// from their own facts once loaded (see the supervisor's `resolve`).
     pub fn name(&self) -> String {
         match self {
             ModelSource::Load(config) => {
