@@ -9,9 +9,13 @@
 # llama-cpp-sys-2 vendors (ours is a little newer; the bench prints both).
 # llama.cpp's defaults are kept (GGML_NATIVE, OpenMP, Release) except what
 # would reach the internet at build time (the prebuilt Web UI, curl, TLS),
-# and ggml's AMX kernels on x86_64, which die with SIGILL on some hosts that
-# list AMX (see the Makefile); the cache folder's name says so, so a build
-# made with them is not reused.
+# ggml's AMX kernels on x86_64, which die with SIGILL on some hosts that
+# list AMX (see the Makefile), and llamafile's tinyBLAS, which our own build
+# leaves out too (.cargo/config.toml): with the same kernels on both sides,
+# a comparison measures the servers, and vectors and greedy text compare
+# exactly (llamafile multiplies attention in another order: an embedding
+# moved 1.6e-4 cosine distance). The cache folder's name says so, so a
+# build made with them is not reused.
 set -euo pipefail
 version=0.3.36
 sum=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
@@ -21,7 +25,7 @@ flags=
 if [ "$(uname -m)" = x86_64 ]; then
   flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
-binary=$cache/llama-cpp-python-$version${flags:+-noamx}/bin/llama-server
+binary=$cache/llama-cpp-python-$version${flags:+-noamx}-nollamafile/bin/llama-server
 if [ "${1:-}" = --path ] || [ -x "$binary" ]; then
   echo "$binary"
   exit 0
@@ -37,7 +41,7 @@ src=$tmp/llama_cpp_python-$version/vendor/llama.cpp
 cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" >&2
+  -DGGML_LLAMAFILE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" >&2
 cmake --build "$tmp/build" --target llama-server -j "$(nproc)" >&2
 mkdir -p "$(dirname "$binary")"
 cp "$tmp/build/bin/llama-server" "$binary.part"

@@ -94,6 +94,10 @@ pub enum ChatError {
     /// The engine failed while running the request (HTTP 500).
     #[error("{0}")]
     Engine(String),
+    /// The change conflicts with what is running (HTTP 409): unloading a
+    /// model with running turns.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// Why a reply ended.

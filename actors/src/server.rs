@@ -358,6 +358,27 @@ impl Server {
         }
     }
 
+    /// Loads the named model now (an operator's request), trying again one
+    /// whose last load failed; answers once it is ready.
+    pub async fn load_model(&self, name: &str) -> Result<Arc<dyn ModelBackend>, ChatError> {
+        let model = name.to_string();
+        match self.supervisor.call(|reply| SupervisorMsg::Load { model, reply }, Some(self.start_timeout)).await {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            Ok(_) => Err(ChatError::Unavailable("the model did not become ready in time".into())),
+            Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
+        }
+    }
+
+    /// Unloads the named model now, unless turns are running on it.
+    pub async fn unload_model(&self, name: &str) -> Result<(), ChatError> {
+        let model = name.to_string();
+        match self.supervisor.call(|reply| SupervisorMsg::Unload { model, reply }, Some(self.start_timeout)).await {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            Ok(_) => Err(ChatError::Unavailable("the server did not answer in time".into())),
+            Err(err) => Err(ChatError::Unavailable(format!("the server is not accepting requests: {err}"))),
+        }
+    }
+
     /// Waits until the default model is ready or failed to load.
     pub async fn wait_until_loaded(&self) -> ModelStatus {
         let mut status = self.status.clone();

@@ -56,6 +56,8 @@ pub struct ModelsView {
 #[derive(Debug, Clone)]
 pub struct ModelView {
     pub name: String,
+    /// Other names requests may use for it.
+    pub aliases: Vec<String>,
     pub status: ModelStatus,
     /// Weights plus KV cache once loaded; the files' size before.
     pub bytes: u64,
@@ -77,11 +79,15 @@ pub fn initial_view(models: &Catalog) -> ModelsView {
         .names()
         .into_iter()
         .enumerate()
-        .map(|(index, name)| ModelView {
-            name: name.to_string(),
-            status: if index == 0 { ModelStatus::Loading } else { ModelStatus::Unloaded },
-            bytes: models.entries().iter().find(|e| e.name == name).map_or(0, |e| e.bytes),
-            running: 0,
+        .map(|(index, name)| {
+            let entry = models.entries().iter().find(|e| e.name == name);
+            ModelView {
+                name: name.to_string(),
+                aliases: entry.map(|e| e.source.aliases().to_vec()).unwrap_or_default(),
+                status: if index == 0 { ModelStatus::Loading } else { ModelStatus::Unloaded },
+                bytes: entry.map_or(0, |e| e.bytes),
+                running: 0,
+            }
         })
         .collect();
     ModelsView { models }
@@ -132,6 +138,12 @@ pub enum SupervisorMsg {
     /// Sent by the HTTP layer for a model's facts or to count a prompt's
     /// tokens: the named model (the default for `None`), loaded first.
     Backend { model: Option<String>, reply: RpcReplyPort<Result<Arc<dyn ModelBackend>, ChatError>> },
+    /// Sent by the admin route: load the named model now (a model whose
+    /// last load failed is tried again), answering once it is ready.
+    Load { model: String, reply: RpcReplyPort<Result<Arc<dyn ModelBackend>, ChatError>> },
+    /// Sent by the admin route: unload the named model now, unless turns
+    /// are running on it (or it is loading).
+    Unload { model: String, reply: RpcReplyPort<Result<(), ChatError>> },
     /// Sent by a timer every [`MODEL_TICK`]: unload idle models, give up
     /// on waits past their deadline.
     Tick,
@@ -314,6 +326,28 @@ impl Actor for Supervisor {
                 want(&myself, state, index);
                 serve_waiters(&myself, state).await;
             }
+            SupervisorMsg::Load { model, reply } => {
+                let index = match resolve(state, Some(&model)) {
+                    Ok(index) => index,
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                        return Ok(());
+                    }
+                };
+                if matches!(state.slots[index].phase, Phase::Failed(_)) {
+                    state.slots[index].phase = Phase::Unloaded;
+                    state.slots[index].restarts.clear();
+                }
+                let waiter = Waiter { deadline: wait_deadline(state), wants: Wants::Backend(reply) };
+                state.slots[index].waiting.push(waiter);
+                want(&myself, state, index);
+                serve_waiters(&myself, state).await;
+            }
+            SupervisorMsg::Unload { model, reply } => {
+                let result = resolve(state, Some(&model)).and_then(|index| unload_asked(state, index));
+                publish(state);
+                let _ = reply.send(result);
+            }
             SupervisorMsg::Tick => {
                 let now = Instant::now();
                 let expired: Vec<usize> = {
@@ -427,8 +461,8 @@ async fn loop_ended(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorStat
     publish(state);
 }
 
-/// The slot a request's `model` names: a configured name (with or without
-/// `.gguf`), or the id a loaded model reports for itself (an upstream's or
+/// The slot a request's `model` names: a configured name or alias (with
+/// or without `.gguf`), or the id a loaded model reports for itself (an upstream's or
 /// a provided model's); 404 in every surface's shape otherwise.
 fn resolve(state: &SupervisorState, asked: Option<&str>) -> Result<usize, ChatError> {
     let asked = asked.unwrap_or_default();
@@ -440,7 +474,8 @@ fn resolve(state: &SupervisorState, asked: Option<&str>) -> Result<usize, ChatEr
         Phase::Ready { backend, .. } => Some(backend.info().id.clone()),
         _ => None,
     };
-    if let Some(index) = state.slots.iter().position(|slot| slot.name == asked || slot.name == bare) {
+    let named = |slot: &Slot, name: &str| slot.name == name || slot.source.aliases().iter().any(|alias| alias == name);
+    if let Some(index) = state.slots.iter().position(|slot| named(slot, asked) || named(slot, bare)) {
         return Ok(index);
     }
     if let Some(index) = state.slots.iter().position(|slot| loaded_id(slot).is_some_and(|id| id == asked || id == bare))
@@ -513,6 +548,32 @@ fn unload(state: &mut SupervisorState, index: usize, why: &str) {
     }
 }
 
+/// An operator's unload: a model with running turns or still loading is
+/// left alone (409), since unloading would end turns a client waits on;
+/// an unloaded model stays so, and a failed one forgets its failure.
+fn unload_asked(state: &mut SupervisorState, index: usize) -> Result<(), ChatError> {
+    let slot = &mut state.slots[index];
+    match slot.phase {
+        Phase::Ready { .. } if slot.running > 0 => Err(ChatError::Conflict(format!(
+            "the model '{}' has {} running turn(s); unload it once they end",
+            slot.name, slot.running
+        ))),
+        Phase::Loading => {
+            Err(ChatError::Conflict(format!("the model '{}' is loading; unload it once it is ready", slot.name)))
+        }
+        Phase::Ready { .. } => {
+            unload(state, index, "asked by an admin");
+            Ok(())
+        }
+        Phase::Failed(_) => {
+            slot.phase = Phase::Unloaded;
+            slot.restarts.clear();
+            Ok(())
+        }
+        Phase::Unloaded => Ok(()),
+    }
+}
+
 /// Answers every waiter whose model is ready (or failed).
 async fn serve_waiters(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState) {
     for index in 0..state.slots.len() {
@@ -559,6 +620,7 @@ fn publish(state: &SupervisorState) {
         .iter()
         .map(|slot| ModelView {
             name: slot.name.clone(),
+            aliases: slot.source.aliases().to_vec(),
             status: match &slot.phase {
                 Phase::Unloaded => ModelStatus::Unloaded,
                 Phase::Loading => ModelStatus::Loading,
@@ -670,6 +732,12 @@ async fn start_chat(
     events: mpsc::UnboundedSender<ChatEvent>,
     backend: Arc<dyn ModelBackend>,
 ) -> Result<ActorRef<LoopMsg>, ChatError> {
+    if backend.info().embedding {
+        return Err(ChatError::BadRequest(format!(
+            "the model '{}' is loaded for embeddings only; send chat to a model configured without `embedding: true`",
+            backend.info().id
+        )));
+    }
     let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
     let args = LoopArgs {
         request,

@@ -8,7 +8,14 @@
 //! - the default model's single-stream decode with the second model
 //!   loaded and idle, over the same decode with it alone;
 //! - both models decoding one stream each at once, aggregate tokens a
-//!   second, over one at a time.
+//!   second, over one at a time;
+//! - a server with `--max-loaded-models 1`: a request for the model that
+//!   is not loaded, from asking to its first text (the other unloaded,
+//!   this one loaded, the request run), over the same request once its
+//!   model is loaded;
+//! - embeddings: 64 short inputs sent as 64 requests at once (batched
+//!   across requests by the engine), over the same inputs one request at a
+//!   time.
 //!
 //! With llama.cpp's OpenMP build, each engine thread leads its own OpenMP
 //! team; once the process holds more OpenMP threads than cores, libgomp
@@ -17,7 +24,9 @@
 
 use std::time::Instant;
 
-use skillhost_engine::{Engine, EngineConfig, GenerateRequest, GenerationEvent};
+use skillhost_actors::model::{Catalog, ModelEntry, ModelLimits, ModelSource};
+use skillhost_actors::{Server, ServerConfig};
+use skillhost_engine::{EmbedInput, Engine, EngineConfig, GenerateRequest, GenerationEvent};
 
 const RUNS: usize = 3;
 /// Tokens each measured stream generates.
@@ -139,5 +148,85 @@ pub fn run() {
         println!("  two models one at a time: {} tok/s", median(one_at_a_time));
         println!("  two models at once: {} tok/s", median(together));
         println!("  ratio (at once / one at a time): {}", median(ratios));
+        drop((first, second));
+
+        switch_under_one_place().await;
+        embeddings_batched().await;
     });
+}
+
+/// Milliseconds from asking `server` for `model` to the first text of a
+/// greedy request on it.
+async fn first_text(server: &Server, model: &str) -> f64 {
+    let started = Instant::now();
+    let backend = server.model(Some(model)).await.expect("the model loads");
+    let request = GenerateRequest {
+        prompt: "<|im_start|>user\nWrite a story.<|im_end|>\n<|im_start|>assistant\n".into(),
+        max_tokens: Some(4),
+        ..Default::default()
+    };
+    let mut submitted = backend.submit(request).await.expect("submitted");
+    while let Some(event) = submitted.events.recv().await {
+        if matches!(event, GenerationEvent::Text(_) | GenerationEvent::Finished { .. }) {
+            break;
+        }
+    }
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+async fn switch_under_one_place() {
+    let entry = |name: &str, path: &str| ModelEntry {
+        name: name.into(),
+        source: ModelSource::Load(EngineConfig { name: Some(name.into()), ..config(path) }),
+        bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+    };
+    let limits = ModelLimits { max_loaded: 1, ..ModelLimits::default() };
+    let catalog =
+        Catalog::new(vec![entry("smol", super::MODEL), entry("gemma", SECOND)], None, limits).expect("catalog");
+    let server = Server::start(ServerConfig { models: catalog, ..ServerConfig::new(config(super::MODEL), None) })
+        .await
+        .expect("server");
+    server.wait_until_loaded().await;
+    let (mut switched, mut loaded) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        for model in ["gemma", "smol"] {
+            switched.push(first_text(&server, model).await);
+            loaded.push(first_text(&server, model).await);
+        }
+    }
+    server.shutdown();
+    println!("  --max-loaded-models 1, request for the unloaded model, to first text: {} ms", median(switched.clone()));
+    println!("  the same request with its model loaded: {} ms", median(loaded.clone()));
+}
+
+async fn embeddings_batched() {
+    let config = EngineConfig {
+        embedding: true,
+        pooling: skillhost_engine::Pooling::Mean,
+        n_ctx: Some(512),
+        ..config(super::MODEL)
+    };
+    let (engine, _exit) = tokio::task::spawn_blocking(move || Engine::start(config)).await.unwrap().expect("engine");
+    let inputs: Vec<String> = (0..64).map(|i| format!("Sentence number {i} about a quiet harbour at dawn.")).collect();
+    let embed = |text: String| {
+        let engine = engine.clone();
+        async move { engine.embed(vec![EmbedInput::Text(text)], false).await.expect("embedded") }
+    };
+    let (mut serial, mut together, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        for text in &inputs {
+            embed(text.clone()).await;
+        }
+        let one = inputs.len() as f64 / started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        futures_util::future::join_all(inputs.iter().cloned().map(embed)).await;
+        let all = inputs.len() as f64 / started.elapsed().as_secs_f64();
+        serial.push(one);
+        together.push(all);
+        ratios.push(all / one);
+    }
+    println!("  embeddings, 64 inputs one request at a time: {} inputs/s", median(serial));
+    println!("  embeddings, 64 requests at once: {} inputs/s", median(together));
+    println!("  ratio (at once / one at a time): {}", median(ratios));
 }

@@ -72,6 +72,12 @@ impl Engine {
     /// Tokenizing runs on a blocking thread, never the engine thread: a
     /// prompt of megabytes costs its own request time, not every stream's.
     pub async fn submit(&self, request: GenerateRequest) -> Result<Submitted, EngineError> {
+        if self.info.embedding {
+            return Err(EngineError::BadInput(format!(
+                "the model '{}' is loaded for embeddings only; send chat to a model configured without `embedding: true`",
+                self.info.id
+            )));
+        }
         let tokenizer = Arc::clone(&self.tokenizer);
         let (request, tokens) = tokio::task::spawn_blocking(move || {
             let tokens = if request.prompt.len() > LARGE_PROMPT_BYTES {
@@ -102,6 +108,51 @@ impl Engine {
         reply_rx.await.map_err(|_| EngineError::Stopped)?
     }
 
+    /// One unit-length vector per input, in order, from a model loaded for
+    /// embeddings. An input longer than the context is cut to it when
+    /// `truncate` is set (Ollama's default), else refused. Inputs are
+    /// tokenized on a blocking thread, with the model's special tokens
+    /// (BOS, and EOS or SEP where its vocabulary adds them), as
+    /// llama-server does.
+    pub async fn embed(&self, inputs: Vec<EmbedInput>, truncate: bool) -> Result<Embedded, EngineError> {
+        if !self.info.embedding {
+            return Err(EngineError::BadInput(format!(
+                "the model '{}' is loaded for chat, not embeddings; give a models entry `embedding: true` (and `pooling:` if its GGUF declares none) to serve embeddings from it",
+                self.info.id
+            )));
+        }
+        let tokenizer = Arc::clone(&self.tokenizer);
+        let n_ctx = self.info.n_ctx as usize;
+        let tokenized = tokio::task::spawn_blocking(move || {
+            inputs
+                .into_iter()
+                .map(|input| {
+                    let mut tokens = match input {
+                        EmbedInput::Text(text) => tokenizer.input(&text),
+                        EmbedInput::Tokens(ids) => tokenizer.known(&ids)?,
+                    };
+                    if tokens.is_empty() {
+                        return Err(EngineError::EmptyPrompt);
+                    }
+                    if tokens.len() > n_ctx {
+                        if !truncate {
+                            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), n_ctx });
+                        }
+                        tokens.truncate(n_ctx);
+                    }
+                    Ok(tokens)
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|_| EngineError::Stopped)??;
+        let prompt_tokens = tokenized.iter().map(Vec::len).sum();
+        let (reply, reply_rx) = oneshot::channel();
+        self.commands.send(Command::Embed { inputs: tokenized, reply }).map_err(|_| EngineError::Stopped)?;
+        let vectors = reply_rx.await.map_err(|_| EngineError::Stopped)??;
+        Ok(Embedded { vectors, prompt_tokens })
+    }
+
     /// How many tokens `text` is as a whole prompt (tokenized on a
     /// blocking thread, like a submitted prompt).
     pub async fn count_tokens(&self, text: String) -> Result<usize, EngineError> {
@@ -122,6 +173,23 @@ impl Engine {
     pub fn inject_panic(&self) {
         let _ = self.commands.send(Command::Panic);
     }
+}
+
+/// One input of an embeddings request: text, or token ids already
+/// tokenized by the client (OpenAI's API takes both).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmbedInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// The answer to an embeddings request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    /// One unit-length vector per input, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens decoded over all inputs.
+    pub prompt_tokens: usize,
 }
 
 /// Work for a prompt or body larger than this (in bytes) runs at idle

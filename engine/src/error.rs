@@ -9,6 +9,11 @@ pub enum EngineError {
     /// The prompt does not fit the context. The caller's fault (HTTP 400).
     #[error("the prompt is {n_prompt} tokens long, but the context holds {n_ctx} tokens")]
     PromptTooLong { n_prompt: usize, n_ctx: usize },
+    /// The request does not fit this model: chat on an embedding model,
+    /// embeddings from a chat model, a token id outside the vocabulary.
+    /// The caller's fault (HTTP 400); the sentence says what to change.
+    #[error("{0}")]
+    BadInput(String),
     /// The prompt rendered to nothing. The caller's fault (HTTP 400).
     #[error("the prompt is empty")]
     EmptyPrompt,

@@ -63,6 +63,12 @@ use crate::tokenizer::Tokenizer;
 /// graphs on the device and takes no turn.
 static STEP_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Takes the step turn (see [`STEP_TURN`]) on a CPU build; `None` on a GPU
+/// build. Held until dropped.
+pub(crate) fn step_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    (!crate::GPU_BUILD).then(|| STEP_TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+}
+
 /// Entry point of the engine thread.
 pub(crate) fn run(
     config: EngineConfig,
@@ -86,11 +92,14 @@ pub(crate) fn run(
             return;
         }
     };
-    let n_ctx = config.n_ctx.unwrap_or_else(|| model.n_ctx_train().min(DEFAULT_MAX_CTX)).max(1);
-    let n_parallel = config.n_parallel.max(1);
     let threads = config
         .n_threads
         .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);
+    if config.embedding {
+        return run_embedding(backend, &model, &config, threads, commands, loaded);
+    }
+    let n_ctx = config.n_ctx.unwrap_or_else(|| model.n_ctx_train().min(DEFAULT_MAX_CTX)).max(1);
+    let n_parallel = config.n_parallel.max(1);
     let flash_attn = flash_attention(config.flash_attn, config.spec_lookup);
     let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads, flash_attn)) {
         Ok(ctx) => ctx,
@@ -127,6 +136,44 @@ pub(crate) fn run(
     executor.spec_lookup = config.spec_lookup && executor.partial_removal_ok;
     executor.restore_prefix();
     executor.run(commands);
+}
+
+/// The engine thread of a model loaded for embeddings (see `embed`).
+fn run_embedding(
+    backend: &llama_cpp_2::llama_backend::LlamaBackend,
+    model: &Arc<LlamaModel>,
+    config: &EngineConfig,
+    threads: i32,
+    commands: Receiver<Command>,
+    loaded: Sender<Result<(ModelInfo, Arc<Tokenizer>), EngineError>>,
+) {
+    let load_error = |reason: String| EngineError::Load { path: config.model_path.display().to_string(), reason };
+    if let Some(reason) = crate::embed::pooling_problem(model, config) {
+        let _ = loaded.send(Err(load_error(reason)));
+        return;
+    }
+    let n_ctx = config.n_ctx.unwrap_or_else(|| model.n_ctx_train().min(crate::embed::EMBED_MAX_CTX)).max(1);
+    let params = crate::embed::context_params(n_ctx, threads, config.pooling, config.flash_attn);
+    let ctx = match model.new_context(backend, params) {
+        Ok(ctx) => ctx,
+        Err(err) => {
+            let _ =
+                loaded.send(Err(load_error(format!("cannot create an embedding context of {n_ctx} tokens: {err}"))));
+            return;
+        }
+    };
+    tracing::info!(n_ctx, threads, pooling = ?config.pooling, "embedding context ready");
+    let info = match model_info(model, config, n_ctx, 1) {
+        Ok(info) => info,
+        Err(err) => {
+            let _ = loaded.send(Err(err));
+            return;
+        }
+    };
+    if loaded.send(Ok((info, Arc::new(Tokenizer::new(Arc::clone(model)))))).is_err() {
+        return;
+    }
+    crate::embed::run(ctx, commands, n_ctx as usize);
 }
 
 /// Puts the calling thread (and the OpenMP workers it will start, which
@@ -322,6 +369,10 @@ impl<'m> Executor<'m> {
 
     fn handle(&mut self, command: Command) {
         match command {
+            Command::Embed { reply, .. } => {
+                // The handle refuses embeddings from a chat model before sending.
+                let _ = reply.send(Err(EngineError::BadInput("this model is loaded for chat only".into())));
+            }
             Command::Submit { request, tokens, grammar, reply } => {
                 let result = self.prepare(request, tokens, grammar);
                 match result {
@@ -695,7 +746,7 @@ impl<'m> Executor<'m> {
     /// Builds and decodes one batch, then samples.
     fn step(&mut self) {
         // A poisoned turn is still a turn: the step that panicked held no state in it.
-        let _turn = (!crate::GPU_BUILD).then(|| STEP_TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let _turn = step_turn();
         self.make_room();
         self.batch.clear();
         let mut budget = BATCH_SIZE as usize;

@@ -25,6 +25,7 @@
 
 mod cells;
 pub mod chat;
+mod embed;
 pub mod engine;
 pub mod error;
 mod executor;
@@ -46,15 +47,16 @@ mod tokenizer;
 pub mod tool_calls;
 
 pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
-pub use engine::{at_idle_priority, Engine, LARGE_PROMPT_BYTES};
+pub use embed::{EMBED_MAX_CTX, EMBED_SEQS};
+pub use engine::{at_idle_priority, EmbedInput, Embedded, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
 pub use load::{backend, context_params, file_model_name, flash_attention, GPU_BUILD};
 pub use prefix::MIN_SHARED_PREFIX_TOKENS;
 pub use protocol::UpstreamStats;
 pub use protocol::{
-    EngineConfig, EngineStats, Exit, FinishReason, FlashAttn, GenerateRequest, GenerationEvent, ModelInfo, Submitted,
-    Timings, BATCH_SIZE,
+    EngineConfig, EngineStats, Exit, FinishReason, FlashAttn, GenerateRequest, GenerationEvent, ModelInfo, Pooling,
+    Submitted, Timings, BATCH_SIZE,
 };
 pub use remote::{Remote, RemoteConfig, Routing, UpstreamConfig, UpstreamMode};
 pub use sampling::SamplingParams;

@@ -152,6 +152,8 @@ pub(crate) fn model_info(
         size_bytes: model.size(),
         kv_bytes,
         format: ChatFormat::new(template),
+        embedding: config.embedding,
+        n_embd: u32::try_from(model.n_embd()).unwrap_or(0),
     })
 }
 

@@ -50,6 +50,28 @@ pub struct EngineConfig {
     pub spec_lookup: bool,
     /// Whether attention runs as llama.cpp's fused flash-attention kernel.
     pub flash_attn: FlashAttn,
+    /// Other names requests may use for it (a `models:` entry's `aliases`).
+    pub aliases: Vec<String>,
+    /// Loaded for embeddings (`embedding: true`): the engine pools each
+    /// input into one vector and generates nothing (see `embed`).
+    pub embedding: bool,
+    /// How an embedding model pools its token vectors into one.
+    pub pooling: Pooling,
+}
+
+/// How an embedding model turns its token vectors into one vector, as
+/// llama-server's `--pooling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// What the GGUF declares (`{arch}.pooling_type`); a model that
+    /// declares none cannot be loaded for embeddings without a choice.
+    #[default]
+    Declared,
+    Mean,
+    /// The first token's vector (BERT's `[CLS]`).
+    Cls,
+    /// The last token's vector (decoder models trained for embeddings).
+    Last,
 }
 
 /// `--flash-attn`, as llama-server's `-fa`.
@@ -87,6 +109,10 @@ pub struct ModelInfo {
     /// model registry counts memory.
     pub kv_bytes: u64,
     pub format: ChatFormat,
+    /// Loaded for embeddings only (see [`EngineConfig::embedding`]).
+    pub embedding: bool,
+    /// Width of the vectors an embedding model returns.
+    pub n_embd: u32,
 }
 
 /// One generation request, with an already rendered prompt.
@@ -205,6 +231,9 @@ pub(crate) enum Command {
         grammar: Option<CompiledGrammar>,
         reply: oneshot::Sender<Result<Submitted, EngineError>>,
     },
+    /// Inputs of one embeddings request, tokenized by the submitter; the
+    /// reply holds one vector per input, in order.
+    Embed { inputs: Vec<Vec<LlamaToken>>, reply: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>> },
     /// Makes the engine thread panic, to test recovery.
     #[cfg(feature = "fault-injection")]
     Panic,

@@ -31,6 +31,30 @@ impl Tokenizer {
         vocab.tokenize(text.as_bytes(), add_bos, true)
     }
 
+    /// An embedding input: with the special tokens the vocabulary adds
+    /// around a text (BOS; EOS or SEP for BERT-like models).
+    pub(crate) fn input(&self, text: &str) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), true, true)
+    }
+
+    /// Token ids a client sent, each checked against the vocabulary:
+    /// llama.cpp would read past its tables for one that is not in it.
+    pub(crate) fn known(&self, ids: &[u32]) -> Result<Vec<LlamaToken>, crate::EngineError> {
+        let n_vocab = self.model.n_vocab().max(0) as u32;
+        ids.iter()
+            .map(|&id| {
+                if id < n_vocab {
+                    Ok(LlamaToken::new(id as i32))
+                } else {
+                    Err(crate::EngineError::BadInput(format!(
+                        "token id {id} is not in the model's vocabulary (ids run from 0 to {})",
+                        n_vocab.saturating_sub(1)
+                    )))
+                }
+            })
+            .collect()
+    }
+
     /// Text that continues tokens already in a sequence.
     pub(crate) fn continuation(&self, text: &str) -> Vec<LlamaToken> {
         self.model.vocab().tokenize(text.as_bytes(), false, true)

@@ -205,6 +205,9 @@ pub struct ServeArgs {
     /// A GGUF model file, as PATH or NAME=PATH (requests name it in their model field; a bare path is named after its file); repeatable, the first is the default (required unless --models-dir or --upstream is given)
     #[arg(long, short = 'm', env = "SKILLHOST_MODEL", value_hint = ValueHint::FilePath, help_heading = MODEL)]
     pub model: Vec<String>,
+    /// A model with its own settings, as the JSON of a config file's `models:` entry: {"name", "path", "ctx-size", "parallel", "gpu-layers", "threads", "aliases", "embedding", "pooling"}; repeatable
+    #[arg(long, env = "SKILLHOST_MODEL_ENTRY", help_heading = MODEL)]
+    pub model_entry: Vec<String>,
     /// A folder whose .gguf files are all offered as models, each named after its file (a split model by its first part)
     #[arg(long, env = "SKILLHOST_MODELS_DIR", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub models_dir: Option<PathBuf>,
@@ -863,10 +866,17 @@ impl ServeArgs {
         if let Some(id) = &self.replica_id {
             skillhost_actors::replica::check(id).map_err(|err| ConfigError(err.to_string()))?;
         }
-        let mut specs: Vec<(Option<String>, PathBuf)> =
-            self.model.iter().map(|spec| models::parse_spec(spec)).collect();
+        let mut specs: Vec<models::EntrySpec> =
+            self.model.iter().map(|spec| models::EntrySpec::from_spec(spec)).collect();
+        for json in &self.model_entry {
+            specs.push(models::EntrySpec::parse(json)?);
+        }
         if let Some(dir) = &self.models_dir {
-            specs.extend(models::scan_dir(dir)?.into_iter().map(|(name, path)| (Some(name), path)));
+            specs.extend(models::scan_dir(dir)?.into_iter().map(|(name, path)| models::EntrySpec {
+                name: Some(name),
+                path,
+                ..Default::default()
+            }));
         }
         if remote.is_some() && !specs.is_empty() {
             return Err(ConfigError(
@@ -885,17 +895,19 @@ impl ServeArgs {
                 models::MAX_MODELS
             )));
         }
-        for (_, path) in &specs {
-            if !path.is_file() {
+        for spec in &specs {
+            if !spec.path.is_file() {
                 return Err(ConfigError(format!(
                     "--model: the model file {} does not exist (run `make model` for the default model)",
-                    path.display()
+                    spec.path.display()
                 )));
             }
         }
         let mut model_names: Vec<String> = Vec::new();
-        for (name, path) in &specs {
-            let name = name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(path));
+        // Names and aliases together: a request's model field finds one model.
+        let mut taken: Vec<&str> = Vec::new();
+        for spec in &specs {
+            let name = spec.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&spec.path));
             if model_names.contains(&name) {
                 return Err(ConfigError(format!(
                     "two models are called '{name}'; give each its own name (--model NAME=PATH)"
@@ -903,18 +915,38 @@ impl ServeArgs {
             }
             model_names.push(name);
         }
+        for (spec, name) in specs.iter().zip(&model_names) {
+            for alias in &spec.aliases {
+                if taken.contains(&alias.as_str()) || model_names.contains(alias) {
+                    return Err(ConfigError(format!(
+                        "the alias '{alias}' of '{name}' is already the name or alias of a model; a name finds one model"
+                    )));
+                }
+                taken.push(alias);
+            }
+        }
+        // The default answers chat, so it is never an embedding model
+        // unless every model is one.
         let default_index = match &self.default_model {
-            Some(asked) => model_names.iter().position(|name| name == asked).ok_or_else(|| {
-                ConfigError(format!(
-                    "--default-model '{asked}' is not one of the configured models: {}",
-                    if model_names.is_empty() { "none are configured".to_string() } else { model_names.join(", ") }
-                ))
-            })?,
-            None => 0,
+            Some(asked) => {
+                let index = model_names.iter().position(|name| name == asked).ok_or_else(|| {
+                    ConfigError(format!(
+                        "--default-model '{asked}' is not one of the configured models: {}",
+                        if model_names.is_empty() { "none are configured".to_string() } else { model_names.join(", ") }
+                    ))
+                })?;
+                if specs[index].embedding {
+                    return Err(ConfigError(format!(
+                        "--default-model '{asked}' is an embedding model; the default answers chat requests that name no model"
+                    )));
+                }
+                index
+            }
+            None => specs.iter().position(|spec| !spec.embedding).unwrap_or(0),
         };
         let model_limits =
             models::limits(self.max_loaded_models, self.models_memory.as_deref(), self.model_idle_unload)?;
-        let model = specs.get(default_index).map(|(_, path)| path.clone()).unwrap_or_default();
+        let model = specs.get(default_index).map(|spec| spec.path.clone()).unwrap_or_default();
         let parallel = self.parallel.unwrap_or(DEFAULT_PARALLEL);
         if !(1..=MAX_PARALLEL).contains(&parallel) {
             return Err(ConfigError(format!("--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")));
@@ -1114,18 +1146,17 @@ impl ServeArgs {
             prefix_cache: self.prefix_cache,
             spec_lookup: self.spec_lookup,
             flash_attn: self.flash_attn.map_or(FlashAttn::Auto, FlashAttn::from),
+            ..EngineConfig::default()
         };
-        // Every model, the default first, each with the same settings.
+        // Every model, the default first, each with the server-wide
+        // settings but those its entry sets.
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by_key(|index| *index != default_index);
         let models = order
             .into_iter()
-            .map(|index| EngineConfig {
-                model_path: specs[index].1.clone(),
-                name: Some(model_names[index].clone()),
-                ..engine.clone()
-            })
-            .collect();
+            .map(|index| model_engine(&specs[index], &model_names[index], &engine))
+            .collect::<Result<Vec<_>, _>>()?;
+        let engine = models.first().cloned().unwrap_or(engine);
         Ok(ServeConfig {
             host,
             port: self.port.unwrap_or(DEFAULT_PORT),
@@ -1313,6 +1344,33 @@ fn checked_origin(origin: &str) -> Result<String, ConfigError> {
     Ok(lower)
 }
 
+/// One model's engine settings: `base` (the server-wide flags) with what
+/// its entry sets, each checked as its flag is.
+fn model_engine(spec: &models::EntrySpec, name: &str, base: &EngineConfig) -> Result<EngineConfig, ConfigError> {
+    let bad = |what: String| ConfigError(format!("models entry '{name}': {what}"));
+    if let Some(n) = spec.ctx_size.filter(|n| *n < MIN_CTX_SIZE) {
+        return Err(bad(format!("ctx-size must be at least {MIN_CTX_SIZE} tokens, got {n}")));
+    }
+    if let Some(n) = spec.parallel.filter(|n| !(1..=MAX_PARALLEL).contains(n)) {
+        return Err(bad(format!("parallel must be between 1 and {MAX_PARALLEL}, got {n}")));
+    }
+    if spec.threads == Some(0) {
+        return Err(bad("threads must be at least 1".into()));
+    }
+    Ok(EngineConfig {
+        model_path: spec.path.clone(),
+        name: Some(name.to_string()),
+        aliases: spec.aliases.clone(),
+        n_ctx: spec.ctx_size.or(base.n_ctx),
+        n_parallel: spec.parallel.unwrap_or(base.n_parallel),
+        n_threads: spec.threads.or(base.n_threads),
+        gpu_layers: spec.gpu_layers.or(base.gpu_layers),
+        embedding: spec.embedding,
+        pooling: spec.pooling.map_or(skillhost_engine::Pooling::Declared, Into::into),
+        ..base.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1427,9 +1485,53 @@ mod tests {
         let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
         assert_eq!(names(&config), ["small", "other", "a"]);
         assert_eq!(config.models[1].model_path, dir.path().join("folder/c.gguf"));
-        let bad = write(dir.path(), "bad.yaml", "models:\n  - name: x\n    path: a.gguf\n    ctx-size: 4\n");
-        let err = from_args(&["--config", &bad.to_string_lossy()]).unwrap_err().0;
-        assert!(err.contains("unknown key Some(\"ctx-size\") in an entry"), "{err}");
+        let refused_file = |text: &str| {
+            let bad = write(dir.path(), "bad.yaml", text);
+            from_args(&["--config", &bad.to_string_lossy()]).unwrap_err().0
+        };
+        let entry = "models:\n  - name: x\n    path: a.gguf\n";
+        let err = refused_file(&format!("{entry}    ctx-size: 4\n"));
+        assert!(err.contains("models entry 'x': ctx-size must be at least 256 tokens, got 4"), "{err}");
+        let err = refused_file(&format!("{entry}    flavour: sweet\n"));
+        assert!(err.contains("unknown field `flavour`"), "{err}");
+        let err = refused_file(&format!("{entry}    pooling: mean\n"));
+        assert!(err.contains("pooling applies to an embedding model"), "{err}");
+        let err = refused_file(&format!("{entry}    embedding: true\n    pooling: max\n"));
+        assert!(err.contains("unknown variant `max`"), "{err}");
+        let err = refused_file(&format!("{entry}    parallel: {}\n", MAX_PARALLEL + 1));
+        assert!(err.contains("parallel must be between 1 and 64, got 65"), "{err}");
+        let err = refused_file(&format!("{entry}    aliases: [a b]\n"));
+        assert!(err.contains("the alias 'a b' is not a model name"), "{err}");
+        let err = refused_file(&format!("{entry}    aliases: [y]\n  - name: y\n    path: a.gguf\n"));
+        assert!(err.contains("the alias 'y' of 'x' is already the name or alias of a model"), "{err}");
+        let err = refused_file(&format!("{entry}    embedding: true\ndefault-model: x\n"));
+        assert!(err.contains("--default-model 'x' is an embedding model"), "{err}");
+    }
+
+    #[test]
+    fn a_models_entry_sets_its_own_settings_over_the_server_wide_ones() {
+        let dir = dir();
+        write(dir.path(), "a.gguf", "");
+        let file = write(
+            dir.path(),
+            "models.yaml",
+            "ctx-size: 4096\nparallel: 2\nmodels:\n  - name: embed\n    path: a.gguf\n    embedding: true\n    pooling: cls\n    ctx-size: 512\n    threads: 1\n  - name: chat\n    path: a.gguf\n    parallel: 8\n    gpu-layers: 0\n    aliases: [small, fast]\nno-skills: true\n",
+        );
+        let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
+        // The default is the first model that chats, not the embedding one.
+        let [chat, embed] = &config.models[..] else { panic!("two models: {:?}", config.models) };
+        assert_eq!(chat.name.as_deref(), Some("chat"));
+        assert_eq!(config.engine, *chat);
+        assert_eq!((chat.n_ctx, chat.n_parallel, chat.gpu_layers, chat.embedding), (Some(4096), 8, Some(0), false));
+        assert_eq!(chat.aliases, ["small", "fast"]);
+        assert_eq!((embed.n_ctx, embed.n_parallel, embed.n_threads), (Some(512), 2, Some(1)));
+        assert_eq!((embed.embedding, embed.pooling), (true, skillhost_engine::Pooling::Cls));
+        // The same entry as a flag.
+        let path = dir.path().join("a.gguf");
+        let json = format!(r#"{{"name":"e","path":"{}","embedding":true,"ctx-size":300}}"#, path.display());
+        let config = from_args(&["--no-skills", "--model", &path.to_string_lossy(), "--model-entry", &json]).unwrap();
+        assert_eq!(config.models[1].n_ctx, Some(300));
+        assert!(config.models[1].embedding);
     }
 
     #[test]

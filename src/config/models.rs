@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use skillhost_actors::model::catalog::{ModelLimits, DEFAULT_MAX_LOADED, DEFAULT_MEMORY_PERCENT};
+use skillhost_engine::Pooling;
 
 use super::ConfigError;
 
@@ -32,6 +34,80 @@ pub fn valid_name(name: &str) -> bool {
         && name.len() <= MAX_MODEL_NAME_LEN
         && !name.starts_with('.')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+}
+
+/// One model with its own settings: a config file's `models:` entry (or a
+/// `--model-entry` JSON object). A setting left out takes the server-wide
+/// flag's value.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EntrySpec {
+    pub name: Option<String>,
+    pub path: PathBuf,
+    pub ctx_size: Option<u32>,
+    pub parallel: Option<u32>,
+    pub gpu_layers: Option<u32>,
+    pub threads: Option<u32>,
+    /// Other names requests may use for it.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Load it for `/v1/embeddings` and `/api/embed` only.
+    #[serde(default)]
+    pub embedding: bool,
+    /// How an embedding model pools [default: what its GGUF declares].
+    pub pooling: Option<PoolingArg>,
+}
+
+/// A `pooling:` value, as llama-server's `--pooling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolingArg {
+    Mean,
+    Cls,
+    Last,
+}
+
+impl From<PoolingArg> for Pooling {
+    fn from(arg: PoolingArg) -> Pooling {
+        match arg {
+            PoolingArg::Mean => Pooling::Mean,
+            PoolingArg::Cls => Pooling::Cls,
+            PoolingArg::Last => Pooling::Last,
+        }
+    }
+}
+
+impl EntrySpec {
+    /// A `--model-entry` value, checked field by field.
+    pub fn parse(json: &str) -> Result<EntrySpec, ConfigError> {
+        let entry: EntrySpec =
+            serde_json::from_str(json).map_err(|err| ConfigError(format!("models entry {json}: {err}")))?;
+        let what = || entry.name.clone().unwrap_or_else(|| entry.path.display().to_string());
+        if let Some(name) = entry.name.as_deref().filter(|name| !valid_name(name)) {
+            return Err(ConfigError(format!(
+                "models entry: '{name}' is not a model name (letters, digits and ._:- only, at most {MAX_MODEL_NAME_LEN})"
+            )));
+        }
+        if let Some(alias) = entry.aliases.iter().find(|alias| !valid_name(alias)) {
+            return Err(ConfigError(format!(
+                "models entry '{}': the alias '{alias}' is not a model name (letters, digits and ._:- only)",
+                what()
+            )));
+        }
+        if entry.pooling.is_some() && !entry.embedding {
+            return Err(ConfigError(format!(
+                "models entry '{}': pooling applies to an embedding model; add `embedding: true` or drop `pooling`",
+                what()
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// A `--model` value as an entry with no settings of its own.
+    pub fn from_spec(spec: &str) -> EntrySpec {
+        let (name, path) = parse_spec(spec);
+        EntrySpec { name, path, ..EntrySpec::default() }
+    }
 }
 
 /// The GGUF files in `dir` (not its subfolders), sorted by name, as

@@ -167,14 +167,19 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
     let mapping: serde_yaml::Mapping = serde_yaml::from_str(&text).map_err(|err| invalid(err.to_string()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
-    // `model` and `models` both add to `--model`.
+    // `model` adds to `--model`, `models` to `--model-entry`.
     let mut models = Vec::new();
+    let mut entries = Vec::new();
     for (key, value) in mapping {
         let Some(key) = key.as_str() else {
             return Err(invalid(format!("a key is not text: {key:?}")));
         };
-        if key == "model" || key == "models" {
-            models.extend(model_specs(key, &value, base).map_err(invalid)?);
+        if key == "model" {
+            models.extend(model_specs(&value, base).map_err(invalid)?);
+            continue;
+        }
+        if key == "models" {
+            entries.extend(model_entries(&value, base).map_err(invalid)?);
             continue;
         }
         if key == "mcp-servers" {
@@ -215,55 +220,64 @@ fn read_file(command: &Command, path: &Path) -> Result<Vec<(String, Vec<String>)
     if !models.is_empty() {
         out.push(("model".to_string(), models));
     }
+    if !entries.is_empty() {
+        out.push(("model_entry".to_string(), entries));
+    }
     Ok(out)
 }
 
-/// The `model` key (a path, `NAME=PATH`, or a list of them) and the
-/// `models` key (a list of those or of mappings with `name` and `path`),
-/// as `--model` values with each path made relative to the file's folder.
-fn model_specs(key: &str, value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, String> {
-    let spec = |name: Option<String>, path: &str| {
-        let path = base.join(path).to_string_lossy().into_owned();
-        match name {
-            Some(name) => format!("{name}={path}"),
-            None => path,
-        }
-    };
+/// The `model` key (a path, `NAME=PATH`, or a list of them) as `--model`
+/// values, each path made relative to the file's folder.
+fn model_specs(value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, String> {
     let entry = |item: &serde_yaml::Value| match item {
         serde_yaml::Value::String(text) => {
             let (name, path) = super::models::parse_spec(text);
-            Ok(spec(name, &path.to_string_lossy()))
+            let path = base.join(path).to_string_lossy().into_owned();
+            Ok(match name {
+                Some(name) => format!("{name}={path}"),
+                None => path,
+            })
         }
-        serde_yaml::Value::Mapping(fields) if key == "models" => {
-            let mut name = None;
-            let mut path = None;
-            for (field, value) in fields {
-                let text = value.as_str().map(str::to_string);
-                match field.as_str() {
-                    Some("name") => name = Some(text.ok_or("`models`: name must be text")?),
-                    Some("path") => path = Some(text.ok_or("`models`: path must be text")?),
-                    other => {
-                        return Err(format!(
-                            "`models`: unknown key {other:?} in an entry (an entry has name and path; settings such as ctx-size apply to every model)"
-                        ))
-                    }
-                }
-            }
-            let path = path.ok_or("`models`: every entry needs a path")?;
-            if let Some(name) = &name {
-                if !super::models::valid_name(name) {
-                    return Err(format!("`models`: '{name}' is not a model name (letters, digits and ._:- only)"));
-                }
-            }
-            Ok(spec(name, &path))
-        }
-        other => Err(format!("`{key}`: an entry must be a path or NAME=PATH, not {other:?}")),
+        other => Err(format!("`model`: an entry must be a path or NAME=PATH, not {other:?}")),
     };
     match value {
         serde_yaml::Value::Sequence(items) => items.iter().map(entry).collect(),
-        single if key == "model" => Ok(vec![entry(single)?]),
-        _ => Err("`models` must be a list".into()),
+        single => Ok(vec![entry(single)?]),
     }
+}
+
+/// The `models` key: a list of paths, `NAME=PATH`s, or mappings with
+/// `name`, `path` and the model's own settings, as `--model-entry` JSON
+/// values with each path made relative to the file's folder. The fields
+/// are checked where the entries are read (`models::EntrySpec`).
+fn model_entries(value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, String> {
+    let serde_yaml::Value::Sequence(items) = value else {
+        return Err("`models` must be a list".into());
+    };
+    let entry = |item: &serde_yaml::Value| {
+        let mut fields = match item {
+            serde_yaml::Value::String(text) => {
+                let (name, path) = super::models::parse_spec(text);
+                let mut fields = serde_json::Map::new();
+                if let Some(name) = name {
+                    fields.insert("name".into(), name.into());
+                }
+                fields.insert("path".into(), path.to_string_lossy().into_owned().into());
+                fields
+            }
+            serde_yaml::Value::Mapping(_) => match serde_json::to_value(item) {
+                Ok(serde_json::Value::Object(fields)) => fields,
+                _ => return Err("`models`: an entry's keys must be text".to_string()),
+            },
+            other => return Err(format!("`models`: an entry must be a path or a mapping, not {other:?}")),
+        };
+        if let Some(serde_json::Value::String(path)) = fields.get("path") {
+            let joined = base.join(path).to_string_lossy().into_owned();
+            fields.insert("path".into(), joined.into());
+        }
+        Ok(serde_json::Value::Object(fields).to_string())
+    };
+    items.iter().map(entry).collect()
 }
 
 /// The `upstreams:` key: a list of `--upstream` values, each a URL or a

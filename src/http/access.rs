@@ -55,6 +55,7 @@ pub fn need(method: &Method, path: &str) -> Need {
         "/metrics" => Need::Metrics,
         "/api/skills" | "/api/skills/rescan" if *method == Method::POST => Need::Admin,
         _ if *method == Method::DELETE && path.starts_with("/api/skills/") => Need::Admin,
+        _ if *method == Method::POST && path.starts_with("/api/models/") => Need::Admin,
         _ => Need::User,
     }
 }
@@ -74,7 +75,19 @@ fn starts_work(method: &Method, path: &str) -> bool {
                 | "/api/chat"
                 | "/api/chat/ollama"
                 | "/ollama/api/chat"
+                | "/v1/embeddings"
+                | "/embeddings"
+                | "/ollama/api/embed"
         )
+}
+
+/// What an admin route does, as its refusal names it.
+fn admin_action(path: &str) -> &'static str {
+    if path.starts_with("/api/models/") {
+        "loading and unloading models"
+    } else {
+        "changing skills"
+    }
 }
 
 /// Routes whose body is JSON. Requiring `application/json` means a page on
@@ -292,17 +305,18 @@ impl Access {
                 }
             }
             Need::Admin => {
+                let what = admin_action(request.path());
                 if role == Role::Admin {
                     Ok(())
                 } else if !self.admin_keys_configured() {
-                    Err(ApiError::Forbidden(
-                        "changing skills needs an admin key, and this server has none: start it with --admin-key (or --admin-key-file)".into(),
-                    ))
+                    Err(ApiError::Forbidden(format!(
+                        "{what} needs an admin key, and this server has none: start it with --admin-key (or --admin-key-file)"
+                    )))
                 } else if role == Role::User && self.user_keys_required() {
                     // Only a real user key makes a caller a user when user keys exist.
-                    Err(ApiError::Forbidden("changing skills needs an admin key; the key sent is a user key".into()))
+                    Err(ApiError::Forbidden(format!("{what} needs an admin key; the key sent is a user key")))
                 } else {
-                    Err(refuse("changing skills"))
+                    Err(refuse(what))
                 }
             }
         }

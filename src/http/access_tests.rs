@@ -143,6 +143,13 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("GET", "/ollama/api/version", None, Need::User),
         ("GET", "/api/code/artifacts/run-1", None, Need::User),
         ("GET", "/api/code/artifacts/run-1/out.txt", None, Need::User),
+        // A model the server lacks: past the gate, a 404 (the scripted
+        // model embeds nothing).
+        ("POST", "/v1/embeddings", json(br#"{"model": "nope", "input": "hi"}"#), Need::User),
+        ("POST", "/embeddings", json(br#"{"model": "nope", "input": "hi"}"#), Need::User),
+        ("POST", "/ollama/api/embed", json(br#"{"model": "nope", "input": "hi"}"#), Need::User),
+        ("POST", "/api/models/scripted/unload", None, Need::Admin),
+        ("POST", "/api/models/scripted/load", None, Need::Admin),
         ("POST", "/api/skills/rescan", None, Need::Admin),
         ("POST", "/api/skills", Some(("multipart", Vec::new())), Need::Admin),
         ("DELETE", "/api/skills/gate-check", None, Need::Admin),
@@ -552,6 +559,10 @@ async fn every_surface_that_starts_a_turn_is_admitted_and_needs_json() {
         ("/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "maxTokens": 4}"#),
         ("/api/chat/ollama", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
         ("/ollama/api/chat", br#"{"messages": [{"role": "user", "content": "hi"}], "stream": false}"#),
+        ("/v1/embeddings", br#"{"input": "hi"}"#),
+        ("/v1/embedding%73", br#"{"input": "hi"}"#),
+        ("/embeddings", br#"{"input": "hi"}"#),
+        ("/ollama/api/embed", br#"{"input": "hi"}"#),
     ];
     for (uri, body) in &turns {
         let json = Some(("application/json", body.to_vec()));

@@ -80,7 +80,7 @@ pub fn served_name(state: &AppState, asked: Option<&str>) -> Option<String> {
             ModelStatus::Ready { info, .. } => Some(info.id.as_str()),
             _ => None,
         };
-        model.name == bare || id == Some(bare)
+        model.name == bare || id == Some(bare) || model.aliases.iter().any(|alias| alias == bare)
     })?;
     Some(bare.to_string())
 }

@@ -222,6 +222,7 @@ impl From<ChatError> for ApiError {
             ChatError::Unavailable(message) => ApiError::Unavailable(message),
             ChatError::ModelNotFound(message) => ApiError::ModelNotFound(message),
             ChatError::Engine(message) => ApiError::Internal(message),
+            ChatError::Conflict(message) => ApiError::Conflict(message),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod body;
 pub mod chat;
 pub mod compact;
 pub mod conversations_api;
+pub mod embeddings;
 pub mod error;
 pub mod files;
 pub mod mcp;
@@ -278,6 +279,26 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/ollama/api/show")
                 .route(web::post().to(ollama::show))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/models/{name}/load")
+                .route(web::post().to(ops::load_model))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/models/{name}/unload")
+                .route(web::post().to(ops::unload_model))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource(["/v1/embeddings", "/embeddings"])
+                .route(web::post().to(embeddings::openai))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/ollama/api/embed")
+                .route(web::post().to(embeddings::ollama))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(

@@ -22,6 +22,13 @@ fn scripted(name: &str, turns: usize) -> Arc<ScriptedBackend> {
     Arc::new(ScriptedBackend::new(Some(CHATML), "llama", 4096, outputs).unwrap().named(name))
 }
 
+/// A scripted model called `name` whose one answer stalls after its first
+/// token: its turn runs until the client goes.
+fn stalling(name: &str) -> Arc<ScriptedBackend> {
+    let output = ScriptedOutput { stall_after: Some(1), ..ScriptedOutput::from("I am small, and I go on and on.") };
+    Arc::new(ScriptedBackend::for_agents(Some(CHATML), "llama", 4096, vec![output]).unwrap().named(name))
+}
+
 fn entry(backend: &Arc<ScriptedBackend>) -> ModelEntry {
     use skillhost_actors::model::ModelBackend;
     ModelEntry { name: backend.info().id.clone(), source: ModelSource::Provided(backend.clone()), bytes: 1 << 20 }
@@ -160,16 +167,7 @@ async fn one_loaded_model_at_most_evicts_the_idle_one_and_reloads_it_on_demand()
 
 #[actix_web::test]
 async fn a_model_with_a_running_turn_is_never_unloaded_under_it() {
-    let small = Arc::new(
-        ScriptedBackend::for_agents(
-            Some(CHATML),
-            "llama",
-            4096,
-            vec![ScriptedOutput { stall_after: Some(1), ..ScriptedOutput::from("I am small, and I go on and on.") }],
-        )
-        .unwrap()
-        .named("small"),
-    );
+    let small = stalling("small");
     let big = scripted("big", 1);
     let limits = ModelLimits { max_loaded: 1, ..ModelLimits::default() };
     let state = start(vec![entry(&small), entry(&big)], limits).await;
@@ -196,6 +194,47 @@ async fn a_model_with_a_running_turn_is_never_unloaded_under_it() {
     assert!(waiting.await.unwrap().is_ok());
     let models = state.server.models();
     assert!(loaded(&models.models, "big") && !loaded(&models.models, "small"), "{models:?}");
+}
+
+#[actix_web::test]
+async fn an_admin_loads_and_unloads_a_model_but_never_under_a_running_turn() {
+    let small = stalling("small");
+    let state = start(vec![entry(&small), entry(&scripted("big", 1))], ModelLimits::default()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let post = |uri: &str| test::TestRequest::post().uri(uri).to_request();
+
+    let response = test::call_service(&app, post("/api/models/big/load")).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(body, json!({"model": "big", "loaded": true, "status": "ready"}));
+    assert!(loaded(&state.server.models().models, "big"));
+    for _ in 0..2 {
+        // Unloading twice is the same as once.
+        assert_eq!(test::call_service(&app, post("/api/models/big.gguf/unload")).await.status(), 200);
+        assert!(!loaded(&state.server.models().models, "big"));
+    }
+    let response = test::call_service(&app, post("/api/models/huge/load")).await;
+    assert_eq!(response.status(), 404);
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(body["error"], "the model 'huge' is not served here; the models are: small, big", "{body}");
+    let get = test::TestRequest::get().uri("/api/models/big/load").to_request();
+    assert_eq!(test::call_service(&app, get).await.status(), 405);
+
+    // A turn runs on `small`: unloading it is refused until the turn ends.
+    let mut body = ask("small");
+    body["stream"] = json!(true);
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let streaming = test::call_service(&app, request).await;
+    until(&state, "the turn runs", |models| models.iter().any(|m| m.name == "small" && m.running == 1)).await;
+    let response = test::call_service(&app, post("/api/models/small/unload")).await;
+    assert_eq!(response.status(), 409);
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(body["error"], "the model 'small' has 1 running turn(s); unload it once they end", "{body}");
+    assert!(loaded(&state.server.models().models, "small"));
+    drop(streaming);
+    until(&state, "the turn ends", |models| models.iter().all(|m| m.running == 0)).await;
+    assert_eq!(test::call_service(&app, post("/api/models/small/unload")).await.status(), 200);
+    assert!(!loaded(&state.server.models().models, "small"));
 }
 
 #[actix_web::test]

@@ -436,8 +436,8 @@ pub async fn show(
     }
     let bare = asked.strip_suffix(TAG).unwrap_or(&asked);
     let info = model_info(&state, Some(bare)).await?;
-    let mut capabilities = vec!["completion"];
-    if info.format.capabilities().tools {
+    let mut capabilities = if info.embedding { vec!["embedding"] } else { vec!["completion"] };
+    if info.format.capabilities().tools && !info.embedding {
         capabilities.push("tools");
     }
     Ok(HttpResponse::Ok().json(json!({

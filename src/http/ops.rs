@@ -5,7 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 use skillhost_actors::{ModelStatus, ModelView};
 
-use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
+use crate::http::error::{ApiError, ErrorStyle, OpenAiError, PlainError};
 use crate::http::AppState;
 
 /// `GET /health`: 200 once the model serves, 503 while it loads or after it failed.
@@ -64,6 +64,8 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiEr
                     "kv_size": info.kv_bytes,
                     "architecture": info.architecture,
                     "parallel": info.n_parallel,
+                    "embedding": info.embedding,
+                    "n_embd": info.n_embd,
                 });
             }
             entry
@@ -114,4 +116,20 @@ pub async fn not_found(request: HttpRequest) -> HttpResponse {
 pub async fn method_not_allowed(request: HttpRequest) -> HttpResponse {
     let err = ApiError::MethodNotAllowed(format!("{} does not accept {}", request.path(), request.method()));
     err.response(style_for(&request))
+}
+
+/// `POST /api/models/{name}/load` (admin): loads the model now, making room
+/// by the same rule as a request would, and answers once it is ready.
+pub async fn load_model(state: web::Data<AppState>, name: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    let backend = state.server.load_model(&name).await.map_err(ApiError::from)?;
+    let info = backend.info();
+    Ok(HttpResponse::Ok().json(json!({"model": info.id, "loaded": true, "status": "ready"})))
+}
+
+/// `POST /api/models/{name}/unload` (admin): unloads the model now; a
+/// model with running turns is a 409. Unloading one that is not loaded
+/// changes nothing.
+pub async fn unload_model(state: web::Data<AppState>, name: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    state.server.unload_model(&name).await.map_err(ApiError::from)?;
+    Ok(HttpResponse::Ok().json(json!({"model": name.into_inner(), "loaded": false, "status": "unloaded"})))
 }

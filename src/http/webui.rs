@@ -232,6 +232,7 @@ async fn start_chat(
         "messages": kept.messages,
         "skills": validated.request.skills,
         "skills_discovery": web_request.skills_discovery,
+        "model": info.id,
     });
     let title = stored.as_ref().map_or_else(|| title_of(&kept.messages), |stored| stored.title.clone());
     let saved = {
@@ -435,7 +436,7 @@ pub async fn list_conversations(state: web::Data<AppState>, request: HttpRequest
     Ok(HttpResponse::Ok().json(json!({"object": "list", "data": data})))
 }
 
-/// `GET /api/conversations/{id}`: a conversation's messages and skills,
+/// `GET /api/conversations/{id}`: a conversation's messages, skills and model,
 /// whether a turn runs, and the id of its last frame.
 pub async fn get_conversation(
     state: web::Data<AppState>,
@@ -455,6 +456,9 @@ pub async fn get_conversation(
     body["messages"] = stored.body["messages"].clone();
     body["skills"] = stored.body["skills"].clone();
     body["skills_discovery"] = stored.body["skills_discovery"].clone();
+    // The model its last turn ran on, for the page's picker (absent in a
+    // conversation stored before models were remembered).
+    body["model"] = stored.body["model"].clone();
     Ok(HttpResponse::Ok().json(body))
 }
 

@@ -407,6 +407,11 @@ async function openConversation(id) {
     box.checked = (stored.skills ?? []).includes(box.value);
   }
   if (typeof stored.skills_discovery === 'boolean') $('discovery').checked = stored.skills_discovery;
+  // The model its last turn ran on, when the server still offers it.
+  if (chat.models.some((model) => model.id === stored.model)) {
+    $('model-picker').value = stored.model;
+    showModel();
+  }
   const messages = stored.messages ?? [];
   chat.history = historyOf(messages, stored.running);
   for (const message of messages) {

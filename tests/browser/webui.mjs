@@ -1124,7 +1124,7 @@ async function run() {
     }
   });
 
-  await step(15, 'with two models, the picker switches the next turn to the other, which loads for it', async () => {
+  await step(15, 'with two models, the picker switches the next turn to the other, which loads for it, and the conversation remembers it', async () => {
     check(existsSync(GEMMA), `the model ${GEMMA} is missing; fetch it with: make test-models`);
     const address = await startServer([], ['--model', MODEL, '--model', `gemma=${GEMMA}`]);
     const tab = await context.newPage();
@@ -1150,6 +1150,12 @@ async function run() {
       const gemma = listed.data.find((model) => model.id === 'gemma');
       check(gemma?.loaded === true, `gemma is not loaded after its turn: ${JSON.stringify(listed.data)}`);
       await tab.waitForFunction(() => document.getElementById('model-info').textContent === 'gemma · 8,192 tokens of context');
+      // The conversation remembers its model: the picker moved away and
+      // the page reloaded, opening it again picks gemma again.
+      await tab.selectOption('#model-picker', 'SmolLM2-135M-Instruct.Q4_1');
+      await tab.reload();
+      await tab.waitForFunction(() => document.querySelectorAll('#messages .assistant').length > 0);
+      await tab.waitForFunction(() => document.getElementById('model-picker').value === 'gemma');
     } finally {
       await tab.close();
     }

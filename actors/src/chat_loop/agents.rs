@@ -729,7 +729,8 @@ pub(super) fn on_child_event(myself: &ActorRef<LoopMsg>, state: &mut LoopState, 
                 ChatError::BadRequest(m)
                 | ChatError::Unavailable(m)
                 | ChatError::ModelNotFound(m)
-                | ChatError::Engine(m) => m,
+                | ChatError::Engine(m)
+                | ChatError::Conflict(m) => m,
             };
             fail(myself, state, index, format!("The agent failed: {why}."));
         }

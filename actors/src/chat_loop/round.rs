@@ -24,9 +24,10 @@ use crate::tools::workspace_actor::ArtifactsFor;
 
 pub(super) fn chat_error(err: EngineError) -> ChatError {
     match err {
-        EngineError::PromptTooLong { .. } | EngineError::EmptyPrompt | EngineError::InvalidGrammar(_) => {
-            ChatError::BadRequest(err.to_string())
-        }
+        EngineError::PromptTooLong { .. }
+        | EngineError::EmptyPrompt
+        | EngineError::InvalidGrammar(_)
+        | EngineError::BadInput(_) => ChatError::BadRequest(err.to_string()),
         EngineError::Stopped | EngineError::Load { .. } | EngineError::Upstream(_) => {
             ChatError::Unavailable(err.to_string())
         }

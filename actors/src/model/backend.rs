@@ -6,13 +6,18 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use skillhost_engine::{Engine, EngineError, EngineStats, GenerateRequest, ModelInfo, Remote, Submitted};
+use skillhost_engine::{
+    EmbedInput, Embedded, Engine, EngineError, EngineStats, GenerateRequest, ModelInfo, Remote, Submitted,
+};
 
 /// A boxed future returned by [`ModelBackend::submit`].
 pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Submitted, EngineError>> + Send + 'a>>;
 
 /// A boxed future returned by [`ModelBackend::count_tokens`].
 pub type CountFuture<'a> = Pin<Box<dyn Future<Output = Result<usize, EngineError>> + Send + 'a>>;
+
+/// A boxed future returned by [`ModelBackend::embed`].
+pub type EmbedFuture<'a> = Pin<Box<dyn Future<Output = Result<Embedded, EngineError>> + Send + 'a>>;
 
 /// A model that can run generation requests.
 pub trait ModelBackend: Send + Sync {
@@ -24,6 +29,17 @@ pub trait ModelBackend: Send + Sync {
     fn submit(&self, request: GenerateRequest) -> SubmitFuture<'_>;
     /// Tokens in `text` as a whole prompt; see [`Engine::count_tokens`].
     fn count_tokens(&self, text: String) -> CountFuture<'_>;
+    /// One vector per input; see [`Engine::embed`]. Only a local model
+    /// loaded with `embedding: true` embeds.
+    fn embed(&self, inputs: Vec<EmbedInput>, truncate: bool) -> EmbedFuture<'_> {
+        let _ = (inputs, truncate);
+        let id = self.info().id.clone();
+        Box::pin(async move {
+            Err(EngineError::BadInput(format!(
+                "the model '{id}' cannot embed: embeddings come from a local GGUF model configured with `embedding: true`"
+            )))
+        })
+    }
 }
 
 impl ModelBackend for Engine {
@@ -41,6 +57,10 @@ impl ModelBackend for Engine {
 
     fn count_tokens(&self, text: String) -> CountFuture<'_> {
         Box::pin(Engine::count_tokens(self, text))
+    }
+
+    fn embed(&self, inputs: Vec<EmbedInput>, truncate: bool) -> EmbedFuture<'_> {
+        Box::pin(Engine::embed(self, inputs, truncate))
     }
 }
 

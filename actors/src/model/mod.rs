@@ -50,6 +50,14 @@ impl ModelSource {
         }
     }
 
+    /// Other names requests may use for it (a `models:` entry's `aliases`).
+    pub fn aliases(&self) -> &[String] {
+        match self {
+            ModelSource::Load(config) => &config.aliases,
+            ModelSource::Remote(_) | ModelSource::Provided(_) => &[],
+        }
+    }
+
     /// A name for logs: the model file or the provided model's id.
     pub fn describe(&self) -> String {
         match self {

@@ -112,6 +112,8 @@ impl ScriptedBackend {
             size_bytes: 0,
             kv_bytes: 0,
             format: ChatFormat::new(template),
+            embedding: false,
+            n_embd: 0,
         };
         Ok(ScriptedBackend {
             info: Arc::new(info),

@@ -244,6 +244,8 @@ impl Remote {
             size_bytes,
             kv_bytes: 0,
             format,
+            embedding: false,
+            n_embd: 0,
         };
         let stats = Arc::new(EngineStats {
             upstreams: fleet.upstreams.iter().map(|u| Arc::clone(&u.stats)).collect(),
