@@ -194,7 +194,7 @@ fn step(ctx: &mut LlamaContext, jobs: &mut VecDeque<Job>, n_ctx: usize) {
     }
     ctx.clear_kv_cache();
     let decoded = {
-        let _turn = crate::executor::step_turn();
+        let _turn = crate::turn::step_turn();
         ctx.decode(&mut batch)
     };
     if let Err(err) = decoded {

@@ -52,23 +52,6 @@ use crate::schedule::{self, Admission, Cache, Candidate, Placement, SlotView};
 use crate::text::{Pushed, TextStream};
 use crate::tokenizer::Tokenizer;
 
-/// One engine steps at a time in the process, on the CPU. Each step's
-/// graph runs on ggml's threads across every core and waits at a barrier
-/// after each operation by spinning; two engines stepping at once (two
-/// models) put twice the spinning threads on the cores, and one whose
-/// thread is descheduled holds up the other's barriers: two models at
-/// once fell to 0.10x of one at a time. Holding the turn over the whole
-/// step (sampling too, which would otherwise take a core from the other's
-/// graph) gives 0.94x (`skillhost-bench models`). A GPU build runs its
-/// graphs on the device and takes no turn.
-static STEP_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Takes the step turn (see [`STEP_TURN`]) on a CPU build; `None` on a GPU
-/// build. Held until dropped.
-pub(crate) fn step_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
-    (!crate::GPU_BUILD).then(|| STEP_TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
-}
-
 /// Entry point of the engine thread.
 pub(crate) fn run(
     config: EngineConfig,
@@ -163,8 +146,10 @@ fn run_embedding(
         }
     };
     tracing::info!(n_ctx, threads, pooling = ?config.pooling, "embedding context ready");
-    let info = match model_info(model, config, n_ctx, 1) {
-        Ok(info) => info,
+    // The KV cache holds every sequence's own cells; `n_ctx` in the facts
+    // is what one input may take.
+    let info = match model_info(model, config, n_ctx * crate::embed::EMBED_SEQS, 1) {
+        Ok(info) => ModelInfo { n_ctx, ..info },
         Err(err) => {
             let _ = loaded.send(Err(err));
             return;
@@ -746,7 +731,7 @@ impl<'m> Executor<'m> {
     /// Builds and decodes one batch, then samples.
     fn step(&mut self) {
         // A poisoned turn is still a turn: the step that panicked held no state in it.
-        let _turn = step_turn();
+        let _turn = crate::turn::step_turn();
         self.make_room();
         self.batch.clear();
         let mut budget = BATCH_SIZE as usize;

@@ -45,6 +45,7 @@ pub mod template;
 pub mod text;
 mod tokenizer;
 pub mod tool_calls;
+mod turn;
 
 pub use chat::{ChatMessage, ChatPayload, ResponseFormat, Role, ToolCall, ToolChoice, ToolDef};
 pub use embed::{EMBED_MAX_CTX, EMBED_SEQS};

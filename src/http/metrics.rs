@@ -32,6 +32,11 @@ pub struct Metrics {
     model_ready: IntGauge,
     models_loaded: IntGaugeVec,
     model_running_turns: IntGaugeVec,
+    /// The engine gauges of every model, by its name (the unlabelled
+    /// ones above are the default model's, as before several models).
+    model_active_slots: IntGaugeVec,
+    model_queued: IntGaugeVec,
+    model_batch_sequences_max: IntGaugeVec,
     batch_sequences_max: IntGauge,
     draft_tokens: IntCounter,
     draft_accepted_tokens: IntCounter,
@@ -280,6 +285,21 @@ impl Metrics {
         )?;
         let model_running_turns =
             IntGaugeVec::new(Opts::new("model_running_turns", "Turns running on each model now."), &["model"])?;
+        let model_active_slots = IntGaugeVec::new(
+            Opts::new("model_active_slots", "Slots decoding a request right now, by model (0 while it is not loaded)."),
+            &["model"],
+        )?;
+        let model_queued = IntGaugeVec::new(
+            Opts::new("model_queued_requests", "Requests waiting for a free slot, by model."),
+            &["model"],
+        )?;
+        let model_batch_sequences_max = IntGaugeVec::new(
+            Opts::new(
+                "model_batch_sequences_max",
+                "Most sequences a model's engine decoded in one batch since it was loaded, by model.",
+            ),
+            &["model"],
+        )?;
         let draft_tokens = IntCounter::new(
             "draft_tokens_total",
             "Tokens drafted from the context (--spec-lookup) and checked by the model.",
@@ -315,6 +335,9 @@ impl Metrics {
         registry.register(Box::new(model_ready.clone()))?;
         registry.register(Box::new(models_loaded.clone()))?;
         registry.register(Box::new(model_running_turns.clone()))?;
+        registry.register(Box::new(model_active_slots.clone()))?;
+        registry.register(Box::new(model_queued.clone()))?;
+        registry.register(Box::new(model_batch_sequences_max.clone()))?;
         registry.register(Box::new(batch_sequences_max.clone()))?;
         registry.register(Box::new(draft_tokens.clone()))?;
         registry.register(Box::new(client_prompt_rewrites.clone()))?;
@@ -350,6 +373,9 @@ impl Metrics {
             model_ready,
             models_loaded,
             model_running_turns,
+            model_active_slots,
+            model_queued,
+            model_batch_sequences_max,
             batch_sequences_max,
             draft_tokens,
             draft_accepted_tokens,
@@ -398,9 +424,21 @@ impl Metrics {
         }
         self.conversations.set(conversations as i64);
         for model in &server.models().models {
+            let name = [model.name.as_str()];
             let loaded = matches!(model.status, ModelStatus::Ready { .. });
-            self.models_loaded.with_label_values(&[model.name.as_str()]).set(i64::from(loaded));
-            self.model_running_turns.with_label_values(&[model.name.as_str()]).set(model.running as i64);
+            self.models_loaded.with_label_values(&name).set(i64::from(loaded));
+            self.model_running_turns.with_label_values(&name).set(model.running as i64);
+            let (active, queued, batch) = match &model.status {
+                ModelStatus::Ready { stats, .. } => (
+                    stats.active_slots.load(Ordering::Relaxed),
+                    stats.queued.load(Ordering::Relaxed),
+                    stats.batch_sequences_max.load(Ordering::Relaxed),
+                ),
+                ModelStatus::Unloaded | ModelStatus::Loading | ModelStatus::Failed(_) => (0, 0, 0),
+            };
+            self.model_active_slots.with_label_values(&name).set(active as i64);
+            self.model_queued.with_label_values(&name).set(queued as i64);
+            self.model_batch_sequences_max.with_label_values(&name).set(batch as i64);
         }
         match status {
             ModelStatus::Ready { stats, .. } => {

@@ -116,7 +116,13 @@ async fn each_surface_routes_by_the_model_field_and_lists_every_model() {
     let metrics =
         test::read_body(test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await).await;
     let metrics = String::from_utf8_lossy(&metrics);
-    for line in ["skillhost_model_loaded{model=\"big\"} 1", "skillhost_model_loaded{model=\"small\"} 1"] {
+    for line in [
+        "skillhost_model_loaded{model=\"big\"} 1",
+        "skillhost_model_loaded{model=\"small\"} 1",
+        "skillhost_model_active_slots{model=\"big\"} 0",
+        "skillhost_model_queued_requests{model=\"small\"} 0",
+        "skillhost_model_batch_sequences_max{model=\"big\"}",
+    ] {
         assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
     }
 }

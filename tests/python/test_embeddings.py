@@ -168,6 +168,16 @@ def test_the_wrong_kind_of_model_and_bad_inputs_are_400s_that_say_why(served):
     assert status == 400 and "not in the model's vocabulary" in body["error"]["message"]
     status, body = post(url, {"model": "embed-short", "input": " ".join(["word"] * 600)})
     assert status == 400 and "embeds at most 256 tokens per input" in body["error"]["message"]
+    # The per-input context, at the limit and one past it (token ids, so
+    # the count is exact).
+    status, body = post(url, {"model": "embed-short", "input": [[1] * 256], "encoding_format": "float"})
+    assert status == 200 and body["usage"]["prompt_tokens"] == 256, body
+    status, body = post(url, {"model": "embed-short", "input": [[1] * 257]})
+    assert status == 400 and "an input is 257 tokens long" in body["error"]["message"], body
+    # One input past the most a request takes (the unit test in
+    # src/http/embeddings.rs takes exactly the most).
+    status, body = post(url, {"model": "embed-short", "input": [[1]] * 2049})
+    assert status == 400 and "one request takes at most 2048" in body["error"]["message"]
     status, body = post(url, {"model": "nope", "input": "hi"})
     assert status == 404 and body["error"]["code"] == "model_not_found"
     status, body = post(url, {"model": "embed-mean", "input": {"text": "hi"}})
