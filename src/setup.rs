@@ -27,7 +27,7 @@ use skillhost_actors::workspace::uids::UidRange;
 use skillhost_actors::workspace::Workspace;
 use skillhost_actors::{Server, ServerConfig, StartError};
 
-use crate::config::{InstallConfig, SandboxModeArg, ServeConfig};
+use crate::config::{InstallConfig, ModelConfig, SandboxModeArg, ServeConfig};
 use crate::http::{self, access, AppState};
 use crate::sandbox_cli::{self, SandboxSetupError};
 
@@ -83,13 +83,14 @@ fn failed(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Sta
     move |source| StartupError::Create { what, path, source }
 }
 
-/// The models `config` offers: the upstream fleet as one model, or every
-/// GGUF by its name, sized by its files until it is first loaded.
+/// The models `config` offers: the `--upstream` fleet as one model, or
+/// every entry by its name, a GGUF sized by its files until it is first
+/// loaded and an upstream entry as taking no memory here.
 fn catalog(config: &ServeConfig) -> Result<Catalog, StartupError> {
     if let Some(remote) = &config.remote {
         return Ok(Catalog::single(ModelSource::Remote(remote.clone())));
     }
-    if config.models.len() <= 1 {
+    if let [ModelConfig::Local(_)] | [] = config.models.as_slice() {
         let mut catalog = Catalog::single(ModelSource::Load(config.engine.clone()));
         catalog.limits = config.model_limits;
         return Ok(catalog);
@@ -97,10 +98,17 @@ fn catalog(config: &ServeConfig) -> Result<Catalog, StartupError> {
     let entries = config
         .models
         .iter()
-        .map(|engine| ModelEntry {
-            name: engine.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&engine.model_path)),
-            bytes: model_file_bytes(&engine.model_path),
-            source: ModelSource::Load(engine.clone()),
+        .map(|model| match model {
+            ModelConfig::Local(engine) => ModelEntry {
+                name: engine.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&engine.model_path)),
+                bytes: model_file_bytes(&engine.model_path),
+                source: ModelSource::Load(engine.clone()),
+            },
+            ModelConfig::Upstream(remote) => ModelEntry {
+                name: model.name().unwrap_or_default().to_string(),
+                bytes: 0,
+                source: ModelSource::Remote(remote.clone()),
+            },
         })
         .collect();
     Ok(Catalog::new(entries, None, config.model_limits)?)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use skillhost_engine::{EngineStats, ModelInfo};
+use skillhost_engine::{EngineStats, LoadProgress, ModelInfo};
 use tokio::sync::{mpsc, watch};
 
 use crate::artifacts::{ArtifactStore, ArtifactStoreActor, Artifacts};
@@ -63,12 +63,32 @@ pub struct ModelView {
     pub bytes: u64,
     /// Turns running on it now.
     pub running: usize,
+    /// While it loads: how far, read live (the view is published only when
+    /// a status changes).
+    pub progress: LoadProgress,
 }
 
 impl ModelsView {
     /// The default model's status.
     pub fn default_status(&self) -> ModelStatus {
         self.models.first().map(|m| m.status.clone()).unwrap_or(ModelStatus::Loading)
+    }
+
+    /// The model a request's `model` field finds, as the supervisor finds
+    /// it (the default for none; a name, an alias, with or without
+    /// `.gguf`, or a loaded model's own id); `None` for an unknown name.
+    pub fn find(&self, asked: Option<&str>) -> Option<&ModelView> {
+        let asked = asked.unwrap_or_default();
+        if asked.is_empty() {
+            return self.models.first();
+        }
+        let bare = asked.strip_suffix(".gguf").unwrap_or(asked);
+        let named = |model: &ModelView, name: &str| model.name == name || model.aliases.iter().any(|a| a == name);
+        self.models.iter().find(|model| named(model, asked) || named(model, bare)).or_else(|| {
+            self.models.iter().find(
+                |model| matches!(&model.status, ModelStatus::Ready { info, .. } if info.id == asked || info.id == bare),
+            )
+        })
     }
 }
 
@@ -87,6 +107,7 @@ pub fn initial_view(models: &Catalog) -> ModelsView {
                 status: if index == 0 { ModelStatus::Loading } else { ModelStatus::Unloaded },
                 bytes: entry.map_or(0, |e| e.bytes),
                 running: 0,
+                progress: LoadProgress::default(),
             }
         })
         .collect();
@@ -166,6 +187,8 @@ struct Slot {
     restarts: Vec<Instant>,
     /// Requests waiting for it to load.
     waiting: Vec<Waiter>,
+    /// How far its current load has come (a fresh one for each load).
+    progress: LoadProgress,
 }
 
 enum Phase {
@@ -261,6 +284,7 @@ impl Actor for Supervisor {
                 last_used: now,
                 restarts: Vec::new(),
                 waiting: Vec::new(),
+                progress: LoadProgress::default(),
             })
             .collect();
         let mut state = SupervisorState {
@@ -631,6 +655,7 @@ fn publish(state: &SupervisorState) {
             },
             bytes: slot.bytes,
             running: slot.running,
+            progress: slot.progress.clone(),
         })
         .collect();
     let _ = state.status.send(Arc::new(ModelsView { models }));
@@ -665,13 +690,15 @@ fn load_model(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, ind
         return;
     }
     slot.phase = Phase::Loading;
+    slot.progress = LoadProgress::default();
+    let progress = slot.progress.clone();
     let path = slot.source.describe();
     tracing::info!(model = %slot.name, path = %path, "loading the model");
     let source = slot.source.clone();
     let myself = myself.clone();
     publish(state);
     tokio::spawn(async move {
-        let result = match Actor::spawn_linked(None, ModelActor, source, myself.get_cell()).await {
+        let result = match Actor::spawn_linked(None, ModelActor, (source, progress), myself.get_cell()).await {
             Ok((model, _)) => match ractor::call_t!(model, ModelMsg::GetEngine, MODEL_CALL_TIMEOUT_MS) {
                 Ok(backend) => Ok((model, backend)),
                 Err(err) => {
@@ -712,7 +739,10 @@ fn model_loaded(
                 "model ready"
             );
             let slot = &mut state.slots[index];
-            if info.size_bytes + info.kv_bytes > 0 {
+            // An upstream's weights are elsewhere: its `size_bytes` is the
+            // `--template-from` file's, of which only the vocabulary is read.
+            let here = !matches!(slot.source, ModelSource::Remote(_));
+            if here && info.size_bytes + info.kv_bytes > 0 {
                 slot.bytes = info.size_bytes + info.kv_bytes;
             }
             slot.last_used = Instant::now();

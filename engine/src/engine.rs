@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use crate::error::EngineError;
 use crate::executor;
 use crate::format::GrammarSpec;
+use crate::load::LoadProgress;
 use crate::protocol::{Command, EngineConfig, EngineStats, Exit, GenerateRequest, ModelInfo, Submitted};
 use crate::sampling::CompiledGrammar;
 use crate::tokenizer::Tokenizer;
@@ -37,6 +38,14 @@ impl Engine {
     ///
     /// Returns the handle and a receiver that fires when the thread ends.
     pub fn start(config: EngineConfig) -> Result<(Engine, oneshot::Receiver<Exit>), EngineError> {
+        Engine::start_reporting(config, LoadProgress::default())
+    }
+
+    /// [`Engine::start`], reporting how far the weights are read in `progress`.
+    pub fn start_reporting(
+        config: EngineConfig,
+        progress: LoadProgress,
+    ) -> Result<(Engine, oneshot::Receiver<Exit>), EngineError> {
         let (commands, command_rx) = std::sync::mpsc::channel();
         let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
         let (exit_tx, exit_rx) = oneshot::channel();
@@ -44,7 +53,7 @@ impl Engine {
         let thread_stats = Arc::clone(&stats);
         let spawned = std::thread::Builder::new().name("llama-engine".into()).spawn(move || {
             let _exit = ExitGuard(Some(exit_tx));
-            executor::run(config, command_rx, loaded_tx, thread_stats);
+            executor::run(config, command_rx, loaded_tx, thread_stats, progress);
         });
         if let Err(err) = spawned {
             return Err(EngineError::Load {

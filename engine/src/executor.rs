@@ -38,7 +38,9 @@ use tokio::sync::mpsc;
 
 use crate::cells::CellLedger;
 use crate::error::EngineError;
-use crate::load::{backend, context_params, flash_attention, flash_attention_name, model_info, model_params};
+use crate::load::{
+    backend, context_params, flash_attention, flash_attention_name, model_info, model_params, LoadProgress,
+};
 use crate::lookup::Lookup;
 use crate::prefix::{common_prefix, plan_reuse, CachedSequence, MIN_SHARED_PREFIX_TOKENS};
 use crate::protocol::{
@@ -58,6 +60,7 @@ pub(crate) fn run(
     commands: Receiver<Command>,
     loaded: Sender<Result<(ModelInfo, Arc<Tokenizer>), EngineError>>,
     stats: Arc<EngineStats>,
+    progress: LoadProgress,
 ) {
     let load_error = |reason: String| EngineError::Load { path: config.model_path.display().to_string(), reason };
     decode_at_normal_priority();
@@ -68,13 +71,14 @@ pub(crate) fn run(
             return;
         }
     };
-    let model = match LlamaModel::load_from_file(backend, &config.model_path, &model_params(config.gpu_layers)) {
-        Ok(model) => Arc::new(model),
-        Err(err) => {
-            let _ = loaded.send(Err(load_error(err.to_string())));
-            return;
-        }
-    };
+    let model =
+        match LlamaModel::load_from_file(backend, &config.model_path, &model_params(config.gpu_layers, &progress)) {
+            Ok(model) => Arc::new(model),
+            Err(err) => {
+                let _ = loaded.send(Err(load_error(err.to_string())));
+                return;
+            }
+        };
     let threads = config
         .n_threads
         .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32), |n| n.max(1) as i32);

@@ -52,7 +52,7 @@ pub use embed::{EMBED_MAX_CTX, EMBED_SEQS};
 pub use engine::{at_idle_priority, EmbedInput, Embedded, Engine, LARGE_PROMPT_BYTES};
 pub use error::EngineError;
 pub use format::{Capabilities, ChatFormat, Conversation, FormatError, GrammarSpec, PreparedPrompt};
-pub use load::{backend, context_params, file_model_name, flash_attention, GPU_BUILD};
+pub use load::{backend, context_params, file_model_name, flash_attention, LoadProgress, GPU_BUILD};
 pub use prefix::MIN_SHARED_PREFIX_TOKENS;
 pub use protocol::UpstreamStats;
 pub use protocol::{

@@ -4,6 +4,7 @@
 //! reads only the vocabulary.
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -69,11 +70,33 @@ pub(crate) fn flash_attention_name(policy: llama_flash_attn_type) -> &'static st
     }
 }
 
+/// How far a model's load has come, from 0 to 1: llama.cpp reports it as
+/// it reads the weights, and requests waiting for the model read it (the
+/// progress frames of streams). Shared, so the reader never asks the
+/// engine thread, which is busy loading.
+#[derive(Debug, Clone, Default)]
+pub struct LoadProgress(Arc<AtomicU32>);
+
+impl LoadProgress {
+    pub fn set(&self, fraction: f32) {
+        self.0.store(fraction.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> f32 {
+        f32::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
 /// Layers to offload to a GPU: what the operator asked for, else llama.cpp's
 /// default, which is every layer when a GPU backend is compiled in (the CPU
 /// build has nowhere to put them and ignores it).
-pub(crate) fn model_params(gpu_layers: Option<u32>) -> LlamaModelParams {
-    let params = LlamaModelParams::default();
+pub(crate) fn model_params(gpu_layers: Option<u32>, progress: &LoadProgress) -> LlamaModelParams {
+    let progress = progress.clone();
+    // llama.cpp calls back as it reads each tensor; `true` goes on loading.
+    let params = LlamaModelParams::default().with_progress_callback(move |fraction| {
+        progress.set(fraction);
+        true
+    });
     match gpu_layers {
         Some(n) => params.with_n_gpu_layers(n),
         None => params,

@@ -27,6 +27,17 @@ fn start_with(config: EngineConfig) -> Engine {
     }
 }
 
+/// llama.cpp reports its reading of the weights: none before the load,
+/// all of them once the engine answers.
+#[test]
+fn a_load_reports_its_progress_up_to_the_whole_model() {
+    let progress = skillhost_engine::LoadProgress::default();
+    assert_eq!(progress.get(), 0.0);
+    let config = EngineConfig { model_path: model_path(), n_ctx: Some(1024), n_parallel: 1, ..Default::default() };
+    let (_engine, _exit) = Engine::start_reporting(config, progress.clone()).unwrap();
+    assert_eq!(progress.get(), 1.0);
+}
+
 /// Starts an engine with its shared prefix saved in `dir`.
 fn start_saving(dir: &Path) -> (Engine, tokio::sync::oneshot::Receiver<skillhost_engine::Exit>) {
     start_saving_with(dir, FlashAttn::Auto)

@@ -599,8 +599,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// The default model's settings.
     pub engine: EngineConfig,
-    /// Every model's settings, the default first (empty with upstreams).
-    pub models: Vec<EngineConfig>,
+    /// Every model's settings, the default first (empty with `--upstream`).
+    pub models: Vec<ModelConfig>,
     /// `--max-loaded-models`, `--models-memory`, `--model-idle-unload`.
     pub model_limits: skillhost_actors::model::ModelLimits,
     /// Upstream servers in place of `engine`'s model, with `--upstream`.
@@ -632,6 +632,31 @@ pub struct ServeConfig {
     pub mcp_serve_scripts: bool,
     /// `--normalize-client-prompts`.
     pub client_prompts: crate::client_prompts::ClientPrompts,
+}
+
+/// One configured model: a GGUF loaded here, or upstream servers that run
+/// it (a `models:` entry with `upstream:`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelConfig {
+    Local(EngineConfig),
+    Upstream(RemoteConfig),
+}
+
+impl ModelConfig {
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            ModelConfig::Local(engine) => engine.name.as_deref(),
+            ModelConfig::Upstream(remote) => remote.name.as_deref(),
+        }
+    }
+
+    /// The settings of a model loaded here.
+    pub fn local(&self) -> Option<&EngineConfig> {
+        match self {
+            ModelConfig::Local(engine) => Some(engine),
+            ModelConfig::Upstream(_) => None,
+        }
+    }
 }
 
 /// The range of `--skills-poll`: a rescan reads every SKILL.md, so more
@@ -874,13 +899,13 @@ impl ServeArgs {
         if let Some(dir) = &self.models_dir {
             specs.extend(models::scan_dir(dir)?.into_iter().map(|(name, path)| models::EntrySpec {
                 name: Some(name),
-                path,
+                path: Some(path),
                 ..Default::default()
             }));
         }
         if remote.is_some() && !specs.is_empty() {
             return Err(ConfigError(
-                "--model and --upstream exclude each other: with upstreams no model is loaded here (give its GGUF as --template-from to render prompts with its template)".into(),
+                "--model and --upstream exclude each other: with upstreams no model is loaded here (give its GGUF as --template-from to render prompts with its template; to serve both, list the upstream as a `models:` entry with `upstream:`)".into(),
             ));
         }
         if remote.is_none() && specs.is_empty() && needs_model {
@@ -895,11 +920,11 @@ impl ServeArgs {
                 models::MAX_MODELS
             )));
         }
-        for spec in &specs {
-            if !spec.path.is_file() {
+        for path in specs.iter().filter_map(|spec| spec.path.as_ref()) {
+            if !path.is_file() {
                 return Err(ConfigError(format!(
                     "--model: the model file {} does not exist (run `make model` for the default model)",
-                    spec.path.display()
+                    path.display()
                 )));
             }
         }
@@ -907,7 +932,11 @@ impl ServeArgs {
         // Names and aliases together: a request's model field finds one model.
         let mut taken: Vec<&str> = Vec::new();
         for spec in &specs {
-            let name = spec.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&spec.path));
+            // An entry has a name or a path (`EntrySpec::parse`).
+            let name = match (&spec.name, &spec.path) {
+                (Some(name), _) => name.clone(),
+                (None, path) => skillhost_engine::file_model_name(path.as_deref().unwrap_or(Path::new(""))),
+            };
             if model_names.contains(&name) {
                 return Err(ConfigError(format!(
                     "two models are called '{name}'; give each its own name (--model NAME=PATH)"
@@ -946,7 +975,7 @@ impl ServeArgs {
         };
         let model_limits =
             models::limits(self.max_loaded_models, self.models_memory.as_deref(), self.model_idle_unload)?;
-        let model = specs.get(default_index).map(|spec| spec.path.clone()).unwrap_or_default();
+        let model = specs.get(default_index).and_then(|spec| spec.path.clone()).unwrap_or_default();
         let parallel = self.parallel.unwrap_or(DEFAULT_PARALLEL);
         if !(1..=MAX_PARALLEL).contains(&parallel) {
             return Err(ConfigError(format!("--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")));
@@ -1154,9 +1183,12 @@ impl ServeArgs {
         order.sort_by_key(|index| *index != default_index);
         let models = order
             .into_iter()
-            .map(|index| model_engine(&specs[index], &model_names[index], &engine))
+            .map(|index| match specs[index].upstream {
+                Some(_) => model_upstream(&specs[index], &model_names[index]).map(ModelConfig::Upstream),
+                None => model_engine(&specs[index], &model_names[index], &engine).map(ModelConfig::Local),
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let engine = models.first().cloned().unwrap_or(engine);
+        let engine = models.first().and_then(ModelConfig::local).cloned().unwrap_or(engine);
         Ok(ServeConfig {
             host,
             port: self.port.unwrap_or(DEFAULT_PORT),
@@ -1244,6 +1276,8 @@ impl ServeArgs {
             template_from: self.template_from.clone(),
             template_format: self.template_format.clone(),
             n_ctx: self.ctx_size,
+            name: None,
+            aliases: Vec::new(),
         }))
     }
 }
@@ -1358,7 +1392,7 @@ fn model_engine(spec: &models::EntrySpec, name: &str, base: &EngineConfig) -> Re
         return Err(bad("threads must be at least 1".into()));
     }
     Ok(EngineConfig {
-        model_path: spec.path.clone(),
+        model_path: spec.path.clone().unwrap_or_default(),
         name: Some(name.to_string()),
         aliases: spec.aliases.clone(),
         n_ctx: spec.ctx_size.or(base.n_ctx),
@@ -1368,6 +1402,46 @@ fn model_engine(spec: &models::EntrySpec, name: &str, base: &EngineConfig) -> Re
         embedding: spec.embedding,
         pooling: spec.pooling.map_or(skillhost_engine::Pooling::Declared, Into::into),
         ..base.clone()
+    })
+}
+
+/// An upstream entry's fleet: its servers checked as `--upstream` values
+/// are, its template as `--template-from` and `--template-format` are.
+fn model_upstream(spec: &models::EntrySpec, name: &str) -> Result<RemoteConfig, ConfigError> {
+    let bad = |what: String| ConfigError(format!("models entry '{name}': {what}"));
+    if let Some(n) = spec.ctx_size.filter(|n| *n < MIN_CTX_SIZE) {
+        return Err(bad(format!("ctx-size must be at least {MIN_CTX_SIZE} tokens, got {n}")));
+    }
+    let servers = spec.upstream.as_ref().map(models::OneOrMany::to_vec).unwrap_or_default();
+    if servers.is_empty() {
+        return Err(bad("`upstream` lists no server".into()));
+    }
+    if servers.len() > MAX_UPSTREAMS {
+        return Err(bad(format!("at most {MAX_UPSTREAMS} upstreams, got {}", servers.len())));
+    }
+    let upstreams = servers
+        .iter()
+        .map(|server| parse_upstream(server).map_err(|err| bad(err.0.trim_start_matches("--").to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(path) = spec.template_from.as_ref().filter(|path| !path.is_file()) {
+        return Err(bad(format!("template-from: the file {} does not exist", path.display())));
+    }
+    if let Some(format) = spec.template_format.as_ref() {
+        if !skillhost_engine::template::BUILT_IN_FORMATS.contains(&format.as_str()) {
+            return Err(bad(format!(
+                "template-format must be one of {}, got '{format}'",
+                skillhost_engine::template::BUILT_IN_FORMATS.join(", ")
+            )));
+        }
+    }
+    Ok(RemoteConfig {
+        upstreams,
+        routing: Routing::Affinity,
+        template_from: spec.template_from.clone(),
+        template_format: spec.template_format.clone(),
+        n_ctx: spec.ctx_size,
+        name: Some(name.to_string()),
+        aliases: spec.aliases.clone(),
     })
 }
 
@@ -1424,14 +1498,15 @@ mod tests {
         write(&folder, "d-00002-of-00002.gguf", "");
         let a = a.to_string_lossy();
         let named = format!("big={a}");
-        let names =
-            |config: &ServeConfig| config.models.iter().map(|m| m.name.clone().unwrap_or_default()).collect::<Vec<_>>();
+        let names = |config: &ServeConfig| {
+            config.models.iter().map(|m| m.name().unwrap_or_default().to_string()).collect::<Vec<_>>()
+        };
         let folder_arg = folder.to_string_lossy();
         let base = ["--no-skills", "--model", &a, "--model", &named, "--models-dir", &folder_arg];
         let config = from_args(&base).unwrap();
         assert_eq!(names(&config), ["a", "big", "c", "d"]);
         assert_eq!(config.engine.name.as_deref(), Some("a"));
-        assert!(config.models[3].model_path.ends_with("d-00001-of-00002.gguf"));
+        assert!(local(&config, 3).model_path.ends_with("d-00001-of-00002.gguf"));
         let config = from_args(
             &[
                 &base[..],
@@ -1484,7 +1559,7 @@ mod tests {
         );
         let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
         assert_eq!(names(&config), ["small", "other", "a"]);
-        assert_eq!(config.models[1].model_path, dir.path().join("folder/c.gguf"));
+        assert_eq!(local(&config, 1).model_path, dir.path().join("folder/c.gguf"));
         let refused_file = |text: &str| {
             let bad = write(dir.path(), "bad.yaml", text);
             from_args(&["--config", &bad.to_string_lossy()]).unwrap_err().0
@@ -1519,7 +1594,8 @@ mod tests {
         );
         let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
         // The default is the first model that chats, not the embedding one.
-        let [chat, embed] = &config.models[..] else { panic!("two models: {:?}", config.models) };
+        let (chat, embed) = (local(&config, 0), local(&config, 1));
+        assert_eq!(config.models.len(), 2);
         assert_eq!(chat.name.as_deref(), Some("chat"));
         assert_eq!(config.engine, *chat);
         assert_eq!((chat.n_ctx, chat.n_parallel, chat.gpu_layers, chat.embedding), (Some(4096), 8, Some(0), false));
@@ -1530,8 +1606,89 @@ mod tests {
         let path = dir.path().join("a.gguf");
         let json = format!(r#"{{"name":"e","path":"{}","embedding":true,"ctx-size":300}}"#, path.display());
         let config = from_args(&["--no-skills", "--model", &path.to_string_lossy(), "--model-entry", &json]).unwrap();
-        assert_eq!(config.models[1].n_ctx, Some(300));
-        assert!(config.models[1].embedding);
+        assert_eq!(local(&config, 1).n_ctx, Some(300));
+        assert!(local(&config, 1).embedding);
+    }
+
+    /// The `index`th model, which is loaded here.
+    fn local(config: &ServeConfig, index: usize) -> &EngineConfig {
+        config.models[index].local().unwrap_or_else(|| panic!("model {index} is an upstream: {:?}", config.models))
+    }
+
+    #[test]
+    fn an_upstream_entry_sits_beside_local_models_under_its_own_name() {
+        let dir = dir();
+        write(dir.path(), "a.gguf", "");
+        write(dir.path(), "t.gguf", "");
+        let file = write(
+            dir.path(),
+            "models.yaml",
+            "models:
+  - name: small
+    path: a.gguf
+  - name: big
+    upstream: http://127.0.0.1:8000,model=qwen
+    template-from: t.gguf
+    ctx-size: 8192
+    aliases: [large]
+  - name: pair
+    upstream:
+      - url: http://127.0.0.1:8001
+        mode: chat
+      - http://127.0.0.1:8002
+    template-format: chatml
+no-skills: true
+",
+        );
+        let config = from_args(&["--config", &file.to_string_lossy()]).unwrap();
+        assert_eq!(config.engine.name.as_deref(), Some("small"));
+        let ModelConfig::Upstream(big) = &config.models[1] else { panic!("{:?}", config.models) };
+        assert_eq!((big.name.as_deref(), big.aliases.as_slice()), (Some("big"), &["large".to_string()][..]));
+        assert_eq!(big.upstreams.len(), 1);
+        assert_eq!(big.upstreams[0].model.as_deref(), Some("qwen"));
+        assert_eq!(big.template_from, Some(dir.path().join("t.gguf")));
+        assert_eq!(big.n_ctx, Some(8192));
+        let ModelConfig::Upstream(pair) = &config.models[2] else { panic!("{:?}", config.models) };
+        assert_eq!(pair.upstreams.len(), 2);
+        assert_eq!(pair.upstreams[0].mode, UpstreamMode::Chat);
+        assert_eq!(pair.template_format.as_deref(), Some("chatml"));
+        // At the fleet's limit, and one past it.
+        let servers =
+            |n: usize| (0..n).map(|i| format!("\"http://127.0.0.1:{}\"", 9000 + i)).collect::<Vec<_>>().join(",");
+        let entry = |servers: String| format!(r#"{{"name":"wide","upstream":[{servers}]}}"#);
+        let config = from_args(&["--no-skills", "--model-entry", &entry(servers(MAX_UPSTREAMS))]).unwrap();
+        assert_eq!(config.models.len(), 1);
+        let err = from_args(&["--no-skills", "--model-entry", &entry(servers(MAX_UPSTREAMS + 1))]).unwrap_err().0;
+        assert_eq!(err, format!("models entry 'wide': at most {MAX_UPSTREAMS} upstreams, got {}", MAX_UPSTREAMS + 1));
+
+        let refused = |json: &str| from_args(&["--no-skills", "--model-entry", json]).unwrap_err().0;
+        let a = dir.path().join("a.gguf");
+        let a = a.display();
+        assert!(refused(&format!(r#"{{"name":"x","path":"{a}","upstream":"http://127.0.0.1:1"}}"#))
+            .contains("give `path` (a GGUF loaded here) or `upstream` (a server that runs the model), not both"));
+        assert!(refused(r#"{"name":"x"}"#).contains("give `path` (a GGUF loaded here) or `upstream`"));
+        assert!(refused(r#"{"upstream":"http://127.0.0.1:1"}"#).contains("an upstream entry needs a `name`"));
+        assert_eq!(
+            refused(r#"{"name":"x","upstream":"http://127.0.0.1:1","parallel":2}"#),
+            "models entry 'x': `parallel` applies to a model loaded here, and this one runs upstream"
+        );
+        assert_eq!(
+            refused(r#"{"name":"x","upstream":"http://127.0.0.1:1","embedding":true}"#),
+            "models entry 'x': `embedding` applies to a model loaded here, and this one runs upstream"
+        );
+        assert_eq!(
+            refused(&format!(r#"{{"name":"x","path":"{a}","template-from":"{a}"}}"#)),
+            "models entry 'x': `template-from` applies to an upstream entry; a model loaded here renders prompts with its own GGUF's template"
+        );
+        assert_eq!(
+            refused(r#"{"name":"x","upstream":"ftp://a"}"#),
+            "models entry 'x': upstream ftp://a: the URL must start with http:// or https://"
+        );
+        assert_eq!(refused(r#"{"name":"x","upstream":[]}"#), "models entry 'x': `upstream` lists no server");
+        assert!(refused(r#"{"name":"x","upstream":"http://127.0.0.1:1","template-from":"/nowhere.gguf"}"#)
+            .contains("models entry 'x': template-from: the file /nowhere.gguf does not exist"));
+        assert!(refused(r#"{"name":"x","upstream":"http://127.0.0.1:1","template-format":"fancy"}"#)
+            .contains("models entry 'x': template-format must be one of"));
     }
 
     #[test]
@@ -1565,13 +1722,13 @@ mod tests {
                     n_threads: None,
                     ..Default::default()
                 },
-                models: vec![EngineConfig {
+                models: vec![ModelConfig::Local(EngineConfig {
                     model_path: dir.path().join("m.gguf"),
                     name: Some("m".into()),
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     ..Default::default()
-                }],
+                })],
                 model_limits: models::limits(None, None, None).unwrap(),
                 remote: None,
                 replica_id: None,

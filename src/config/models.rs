@@ -43,7 +43,16 @@ pub fn valid_name(name: &str) -> bool {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EntrySpec {
     pub name: Option<String>,
-    pub path: PathBuf,
+    /// A GGUF to load here; an entry has this or `upstream`.
+    pub path: Option<PathBuf>,
+    /// Servers to send its generation to, each as an `--upstream` value
+    /// (`URL[,option=value]...`); several make a fleet for this one model.
+    pub upstream: Option<OneOrMany>,
+    /// With `upstream`: a GGUF whose chat template and vocabulary render
+    /// and count prompts, as `--template-from`.
+    pub template_from: Option<PathBuf>,
+    /// With `upstream`: a built-in format, as `--template-format`.
+    pub template_format: Option<String>,
     pub ctx_size: Option<u32>,
     pub parallel: Option<u32>,
     pub gpu_layers: Option<u32>,
@@ -56,6 +65,23 @@ pub struct EntrySpec {
     pub embedding: bool,
     /// How an embedding model pools [default: what its GGUF declares].
     pub pooling: Option<PoolingArg>,
+}
+
+/// One value or a list of them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(one) => vec![one.clone()],
+            OneOrMany::Many(many) => many.clone(),
+        }
+    }
 }
 
 /// A `pooling:` value, as llama-server's `--pooling`.
@@ -82,7 +108,10 @@ impl EntrySpec {
     pub fn parse(json: &str) -> Result<EntrySpec, ConfigError> {
         let entry: EntrySpec =
             serde_json::from_str(json).map_err(|err| ConfigError(format!("models entry {json}: {err}")))?;
-        let what = || entry.name.clone().unwrap_or_else(|| entry.path.display().to_string());
+        let what = || {
+            let path = entry.path.as_ref().map(|path| path.display().to_string());
+            entry.name.clone().or(path).unwrap_or_default()
+        };
         if let Some(name) = entry.name.as_deref().filter(|name| !valid_name(name)) {
             return Err(ConfigError(format!(
                 "models entry: '{name}' is not a model name (letters, digits and ._:- only, at most {MAX_MODEL_NAME_LEN})"
@@ -93,6 +122,52 @@ impl EntrySpec {
                 "models entry '{}': the alias '{alias}' is not a model name (letters, digits and ._:- only)",
                 what()
             )));
+        }
+        match (&entry.path, &entry.upstream) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError(format!(
+                    "models entry '{}': give `path` (a GGUF loaded here) or `upstream` (a server that runs the model), not both",
+                    what()
+                )))
+            }
+            (None, None) => {
+                return Err(ConfigError(format!(
+                    "models entry {json}: give `path` (a GGUF loaded here) or `upstream` (a server that runs the model)"
+                )))
+            }
+            (None, Some(_)) => {
+                // Settings of an engine this server does not run.
+                let local = [
+                    (entry.parallel.is_some(), "parallel"),
+                    (entry.threads.is_some(), "threads"),
+                    (entry.gpu_layers.is_some(), "gpu-layers"),
+                    (entry.embedding, "embedding"),
+                    (entry.pooling.is_some(), "pooling"),
+                ];
+                if let Some((_, key)) = local.iter().find(|(set, _)| *set) {
+                    return Err(ConfigError(format!(
+                        "models entry '{}': `{key}` applies to a model loaded here, and this one runs upstream",
+                        what()
+                    )));
+                }
+                if entry.name.is_none() {
+                    return Err(ConfigError(format!(
+                        "models entry {json}: an upstream entry needs a `name`, which requests use in their model field"
+                    )));
+                }
+            }
+            (Some(_), None) => {
+                for (set, key) in
+                    [(entry.template_from.is_some(), "template-from"), (entry.template_format.is_some(), "template-format")]
+                {
+                    if set {
+                        return Err(ConfigError(format!(
+                            "models entry '{}': `{key}` applies to an upstream entry; a model loaded here renders prompts with its own GGUF's template",
+                            what()
+                        )));
+                    }
+                }
+            }
         }
         if entry.pooling.is_some() && !entry.embedding {
             return Err(ConfigError(format!(
@@ -106,7 +181,7 @@ impl EntrySpec {
     /// A `--model` value as an entry with no settings of its own.
     pub fn from_spec(spec: &str) -> EntrySpec {
         let (name, path) = parse_spec(spec);
-        EntrySpec { name, path, ..EntrySpec::default() }
+        EntrySpec { name, path: Some(path), ..EntrySpec::default() }
     }
 }
 

@@ -247,8 +247,9 @@ fn model_specs(value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, St
 }
 
 /// The `models` key: a list of paths, `NAME=PATH`s, or mappings with
-/// `name`, `path` and the model's own settings, as `--model-entry` JSON
-/// values with each path made relative to the file's folder. The fields
+/// `name`, `path` (or `upstream`) and the model's own settings, as
+/// `--model-entry` JSON values with each path made relative to the file's
+/// folder. The fields
 /// are checked where the entries are read (`models::EntrySpec`).
 fn model_entries(value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, String> {
     let serde_yaml::Value::Sequence(items) = value else {
@@ -271,9 +272,25 @@ fn model_entries(value: &serde_yaml::Value, base: &Path) -> Result<Vec<String>, 
             },
             other => return Err(format!("`models`: an entry must be a path or a mapping, not {other:?}")),
         };
-        if let Some(serde_json::Value::String(path)) = fields.get("path") {
-            let joined = base.join(path).to_string_lossy().into_owned();
-            fields.insert("path".into(), joined.into());
+        for key in ["path", "template-from"] {
+            if let Some(serde_json::Value::String(path)) = fields.get(key) {
+                let joined = base.join(path).to_string_lossy().into_owned();
+                fields.insert(key.into(), joined.into());
+            }
+        }
+        // `upstream:` as `upstreams:` takes it: a URL, a mapping of `url`
+        // and its options, or a list of them.
+        if let serde_yaml::Value::Mapping(map) = item {
+            match map.get("upstream") {
+                Some(one @ serde_yaml::Value::Mapping(_)) => {
+                    let servers = upstream_specs(&serde_yaml::Value::Sequence(vec![one.clone()]))?;
+                    fields.insert("upstream".into(), servers.into());
+                }
+                Some(many @ serde_yaml::Value::Sequence(_)) => {
+                    fields.insert("upstream".into(), upstream_specs(many)?.into());
+                }
+                _ => {}
+            }
         }
         Ok(serde_json::Value::Object(fields).to_string())
     };

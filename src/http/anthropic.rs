@@ -523,6 +523,19 @@ async fn serve(
 ) -> Result<HttpResponse, ApiError> {
     let wire: MessagesRequest = read_json(request, payload).await?;
     let asked = served_name(state, wire.model.as_deref());
+    let stream = wire.stream;
+    let (app, request, named) = (state.clone(), request.clone(), asked.clone());
+    let work = async move { respond(&app, &request, wire, named, started).await };
+    crate::http::stream::after_load::<AnthropicEncoder>(state, asked.as_deref(), stream, work).await
+}
+
+async fn respond(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: MessagesRequest,
+    asked: Option<String>,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
     let info = model_info(state, asked.as_deref()).await?;
     let Translated { mut chat, applied, marks } = translate(wire, &state.client_prompts)?;
     chat.model = asked;

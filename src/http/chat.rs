@@ -11,13 +11,16 @@ use skillhost_actors::{ChatEvent, ChatStream, ModelStatus};
 use skillhost_engine::ToolCall;
 use std::panic::AssertUnwindSafe;
 
+use crate::http::body::read_json;
 use crate::http::error::{ApiError, ErrorStyle, OpenAiError};
 use crate::http::openai::{
     finish_reason, rounds_json, server_messages_json, timings_json, tool_calls_json, usage_json, ChatCompletionRequest,
     Spelling, RAW_FIELD,
 };
 use crate::http::peer::PeerWatch;
-use crate::http::stream::{self, begin, event_stream, sse_response, Begun, Collected, Encoder, Ending, Finish};
+use crate::http::stream::{
+    self, begin_translated, event_stream, sse_response, Begun, Collected, Encoder, Ending, Finish,
+};
 use crate::http::AppState;
 
 fn unix_now() -> u64 {
@@ -137,8 +140,21 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
+    let wire: ChatCompletionRequest = read_json(request, payload).await?;
+    let (asked, stream) = (wire.model.clone(), wire.stream);
+    let (app, request) = (state.clone(), request.clone());
+    let work = async move { respond(&app, &request, wire, started).await };
+    stream::after_load::<OpenAiEncoder>(state, asked.as_deref(), stream, work).await
+}
+
+async fn respond(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: ChatCompletionRequest,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
     let Begun { chat, peer, info, stream, include_usage } =
-        begin(state, request, payload, &Spelling::OPENAI, |wire: ChatCompletionRequest| Ok(wire)).await?;
+        begin_translated(state, request, &Spelling::OPENAI, wire).await?;
     let meta = ResponseMeta { id: completion_id(), created: unix_now(), model: info.id.clone(), started };
     if stream {
         let started = meta.started;

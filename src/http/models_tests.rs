@@ -34,6 +34,19 @@ fn entry(backend: &Arc<ScriptedBackend>) -> ModelEntry {
     ModelEntry { name: backend.info().id.clone(), source: ModelSource::Provided(backend.clone()), bytes: 1 << 20 }
 }
 
+/// A model called `broken` whose file in `dir` says GGUF and is not one.
+fn broken(dir: &std::path::Path) -> ModelEntry {
+    let path = dir.join("broken.gguf");
+    std::fs::write(&path, b"GGUF but not really a model").unwrap();
+    let engine = skillhost_engine::EngineConfig {
+        model_path: path,
+        name: Some("broken".into()),
+        n_parallel: 1,
+        ..Default::default()
+    };
+    ModelEntry { name: "broken".into(), source: ModelSource::Load(engine), bytes: 27 }
+}
+
 async fn start(entries: Vec<ModelEntry>, limits: ModelLimits) -> web::Data<AppState> {
     let catalog = Catalog::new(entries, None, limits).unwrap();
     TestServer::models(catalog, None).start().await.unwrap_or_else(|err| panic!("{err}")).state
@@ -202,6 +215,89 @@ async fn a_model_with_a_running_turn_is_never_unloaded_under_it() {
     assert!(loaded(&models.models, "big") && !loaded(&models.models, "small"), "{models:?}");
 }
 
+/// A streamed request whose model is not in memory starts at once and
+/// hears about the load in its surface's own frames, then gets its answer;
+/// an error found once the model is there (a field it refuses, a failed
+/// load) is the stream's error frame.
+#[actix_web::test]
+async fn a_stream_waiting_for_its_model_hears_about_the_load_on_every_surface() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = broken(dir.path());
+    let state =
+        start(vec![entry(&scripted("small", 1)), entry(&scripted("big", 8)), bad], ModelLimits::default()).await;
+    let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
+    let messages = json!([{"role": "user", "content": "Who are you?"}]);
+    let surfaces = [
+        ("/v1/chat/completions", json!({"model": "big", "messages": messages, "stream": true}), "data: [DONE]"),
+        (
+            "/v1/messages",
+            json!({"model": "big", "messages": messages, "max_tokens": 16, "stream": true}),
+            "event: message_stop",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "big", "input": "Who are you?", "stream": true}),
+            "event: response.completed",
+        ),
+        ("/ollama/api/chat", json!({"model": "big", "messages": messages}), "\"done\":true"),
+        ("/api/chat", json!({"model": "big", "messages": messages}), "\"done\":true"),
+    ];
+    for (path, body, last) in surfaces {
+        until(&state, "the last turn ends", |models| models.iter().all(|m| m.running == 0)).await;
+        state.server.unload_model("big").await.unwrap();
+        let request = test::TestRequest::post().uri(path).set_json(body).to_request();
+        let response = test::call_service(&app, request).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+        let first = text.lines().next().unwrap_or_default();
+        match path {
+            "/ollama/api/chat" => {
+                let line: Value = serde_json::from_str(first).unwrap();
+                assert_eq!(line["loading"]["model"], "big", "{text}");
+                assert_eq!(line["message"], json!({"role": "assistant", "content": ""}), "{text}");
+                assert_eq!(line["done"], false, "{text}");
+            }
+            "/api/chat" => {
+                let frame: Value = serde_json::from_str(first.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(frame["loading"]["model"], "big", "{text}");
+                assert!(frame["loading"]["progress"].is_number(), "{text}");
+            }
+            _ => assert!(first.starts_with(": loading model 'big' ("), "{path}: {text}"),
+        }
+        // The answer ran to its end (the scripted text comes in pieces).
+        assert!(text.contains(last), "{path}: {text}");
+    }
+
+    // Loaded, the same request has no load frame.
+    let body = json!({"model": "big", "messages": messages, "stream": true});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+    assert!(text.starts_with("data: "), "{text}");
+
+    // A field the model refuses, found after the load: the stream's error frame.
+    until(&state, "the last turn ends", |models| models.iter().all(|m| m.running == 0)).await;
+    state.server.unload_model("big").await.unwrap();
+    let body = json!({"model": "big", "messages": messages, "stream": true, "temperature": 2.5});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+    let error = text.lines().find_map(|line| line.strip_prefix("data: ")).unwrap();
+    let error: Value = serde_json::from_str(error).unwrap();
+    assert_eq!(error["error"]["message"], "'temperature' must be between 0 and 2, got 2.5", "{text}");
+
+    // A model that fails to load: the same, and the others go on.
+    let body = json!({"model": "broken", "messages": messages, "stream": true});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let response = test::call_service(&app, request).await;
+    assert_eq!(response.status(), 200);
+    let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    assert!(text.starts_with(": loading model 'broken' ("), "{text}");
+    assert!(text.contains("the model 'broken' is not available"), "{text}");
+    let body = json!({"model": "small", "messages": messages, "stream": true});
+    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request();
+    let text = String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap();
+    assert!(text.starts_with("data: ") && text.contains("data: [DONE]"), "{text}");
+}
+
 #[actix_web::test]
 async fn an_admin_loads_and_unloads_a_model_but_never_under_a_running_turn() {
     let small = stalling("small");
@@ -263,15 +359,7 @@ async fn an_idle_model_is_unloaded_and_loads_again_when_named() {
 #[actix_web::test]
 async fn a_broken_gguf_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let broken = dir.path().join("broken.gguf");
-    std::fs::write(&broken, b"GGUF but not really a model").unwrap();
-    let engine = skillhost_engine::EngineConfig {
-        model_path: broken,
-        name: Some("broken".into()),
-        n_parallel: 1,
-        ..Default::default()
-    };
-    let bad = ModelEntry { name: "broken".into(), source: ModelSource::Load(engine), bytes: 27 };
+    let bad = broken(dir.path());
     let state = start(vec![entry(&scripted("small", 2)), bad], ModelLimits::default()).await;
     let app = test::init_service(App::new().app_data(state.clone()).configure(configure)).await;
     let chat = |model: &str| test::TestRequest::post().uri("/v1/chat/completions").set_json(ask(model)).to_request();

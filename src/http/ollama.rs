@@ -8,6 +8,7 @@ use std::time::Instant;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
+use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::{RoundStats, Surface};
@@ -22,7 +23,7 @@ use crate::http::openai::{
     WirePart, WireResponseFormat, WireTool, WireToolCall, WireToolChoice,
 };
 use crate::http::ops::model_id;
-use crate::http::stream::{begin, collect, event_stream, Begun, Encoder, Ending, Finish};
+use crate::http::stream::{begin_translated, collect, event_stream, Begun, Encoder, Ending, Finish, LoadNews};
 use crate::http::AppState;
 
 /// The Ollama API version we answer `/api/version` with: the one whose
@@ -241,11 +242,24 @@ async fn serve(
     payload: web::Payload,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let Begun { chat, peer, info, stream, .. } = begin(state, request, payload, &SPELLING, translate).await?;
+    let wire = translate(read_json(request, payload).await?)?;
+    let (asked, stream) = (wire.model.clone(), wire.stream);
+    let (app, request) = (state.clone(), request.clone());
+    let work = async move { respond(&app, &request, wire, started).await };
+    crate::http::stream::after_load::<OllamaEncoder>(state, asked.as_deref(), stream, work).await
+}
+
+async fn respond(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: ChatCompletionRequest,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let Begun { chat, peer, info, stream, .. } = begin_translated(state, request, &SPELLING, wire).await?;
     let reply = Reply { model: model_name(&info), started };
     if stream {
         let lines = event_stream(state.clone(), chat, peer, started, OllamaEncoder { reply });
-        return Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(lines));
+        return Ok(OllamaEncoder::response(lines));
     }
     let done = collect(state, chat, peer, started).await?;
     let mut message = json!({"role": "assistant", "content": done.text});
@@ -341,6 +355,23 @@ impl Encoder for OllamaEncoder {
 
     fn error_frame(err: &ApiError) -> Bytes {
         line_bytes(&err.body(ErrorStyle::Plain))
+    }
+
+    /// NDJSON has no comments: a line with an empty message, as Ollama's
+    /// own streams carry between parts, with the load's news beside it
+    /// (Ollama's clients ignore fields they do not know).
+    fn load_frame(news: &LoadNews<'_>) -> Bytes {
+        line_bytes(&json!({
+            "model": news.model,
+            "created_at": now(),
+            "message": {"role": "assistant", "content": ""},
+            "done": false,
+            "loading": news.json(),
+        }))
+    }
+
+    fn response(lines: impl Stream<Item = Result<Bytes, actix_web::Error>> + 'static) -> HttpResponse {
+        HttpResponse::Ok().content_type("application/x-ndjson").streaming(lines)
     }
 }
 

@@ -54,6 +54,10 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiEr
                 "status": status_word(&model.status),
                 "size": model.bytes,
             });
+            // How far a load has read the weights, 0 to 1, live.
+            if matches!(model.status, ModelStatus::Loading) {
+                entry["progress"] = crate::http::stream::progress_json(model.progress.get());
+            }
             if let ModelStatus::Ready { info, .. } = &model.status {
                 entry["context_length"] = json!(info.n_ctx);
                 entry["meta"] = json!({

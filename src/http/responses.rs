@@ -1059,6 +1059,18 @@ async fn serve(
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
     let wire: ResponsesRequest = read_json(request, payload).await?;
+    let (asked, stream) = (wire.model.clone(), wire.stream);
+    let (app, request) = (state.clone(), request.clone());
+    let work = async move { respond(&app, &request, wire, started).await };
+    crate::http::stream::after_load::<ResponsesEncoder>(state, asked.as_deref(), stream, work).await
+}
+
+async fn respond(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    wire: ResponsesRequest,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
     let (chat, peer, draft, stream) = open_turn(state, request, wire).await?;
     let dropped = draft.dropped.join(", ");
     let mut response = if draft.echo.background {

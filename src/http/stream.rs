@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use actix_web::web;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use skillhost_actors::request::{AgentUpdate, RoundStats, SkillStep, ToolProgress};
+use skillhost_actors::ModelStatus;
 use skillhost_actors::{ChatEvent, ChatFinish, ChatStream, Usage};
 use skillhost_engine::{Timings, ToolCall};
 
-use crate::http::body::read_json;
 use crate::http::chat::{model_info, start};
 use crate::http::error::ApiError;
 use crate::http::openai::{ChatCompletionRequest, Spelling, WireNamed, WireToolChoice};
@@ -34,23 +34,10 @@ pub struct Begun {
     pub include_usage: bool,
 }
 
-/// The start every surface shares: read the body as the surface's request
-/// type, translate it into the OpenAI request (one validator for all),
+/// The start every surface shares, once the surface has read its request
+/// and translated it into the OpenAI request (one validator for all):
 /// validate it against the loaded model, naming fields as the surface
 /// spells them, and start it.
-pub async fn begin<R: serde::de::DeserializeOwned + Send + 'static>(
-    state: &web::Data<AppState>,
-    request: &actix_web::HttpRequest,
-    payload: web::Payload,
-    spelling: &Spelling,
-    translate: impl FnOnce(R) -> Result<ChatCompletionRequest, ApiError>,
-) -> Result<Begun, ApiError> {
-    let wire: R = read_json(request, payload).await?;
-    begin_translated(state, request, spelling, translate(wire)?).await
-}
-
-/// [`begin`] after the surface translated its request itself (a surface
-/// whose translation reads the store).
 pub async fn begin_translated(
     state: &web::Data<AppState>,
     request: &actix_web::HttpRequest,
@@ -172,6 +159,161 @@ pub trait Encoder: Send + 'static {
     }
     /// The last frame of a finished request was handed to the connection.
     fn delivered(&mut self) {}
+    /// A frame saying the request's model is still loading: an SSE comment,
+    /// which every SSE client skips and a person reading the stream sees.
+    fn load_frame(news: &LoadNews<'_>) -> Bytes
+    where
+        Self: Sized,
+    {
+        Bytes::from(format!(": {}\n\n", news.sentence()))
+    }
+    /// The response that carries this surface's frames.
+    fn response(body: impl Stream<Item = Result<Bytes, actix_web::Error>> + 'static) -> actix_web::HttpResponse
+    where
+        Self: Sized,
+    {
+        sse_response(body)
+    }
+}
+
+/// How often a streamed request that waits for its model hears how the
+/// load goes; the first frame goes as soon as the request is read.
+pub const LOAD_NEWS_EVERY: Duration = Duration::from_secs(1);
+
+/// What a streamed request waiting for its model is told.
+pub struct LoadNews<'a> {
+    pub model: &'a str,
+    /// How far the weights are read, 0 to 1 (an upstream says nothing, so 0).
+    pub fraction: f32,
+    /// Since the request was read.
+    pub waited: Duration,
+}
+
+impl LoadNews<'_> {
+    /// `loading model 'gemma' 45% (3 s)`, for people reading a stream.
+    pub fn sentence(&self) -> String {
+        let percent = match self.fraction {
+            f if f > 0.0 => format!(" {}%", (f * 100.0).floor() as u32),
+            _ => String::new(),
+        };
+        format!("loading model '{}'{percent} ({} s)", self.model, self.waited.as_secs())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model,
+            "progress": progress_json(self.fraction),
+            "waited_ms": self.waited.as_millis() as u64,
+        })
+    }
+}
+
+/// A load's progress as the listings and frames show it: 0 to 1, in
+/// thousandths.
+pub fn progress_json(fraction: f32) -> serde_json::Value {
+    serde_json::json!((f64::from(fraction) * 1000.0).round() / 1000.0)
+}
+
+/// Serves a chat request whose model may have to load first. Streamed to a
+/// model that is not in memory, the response starts at once and says how
+/// the load goes every [`LOAD_NEWS_EVERY`] in the surface's own frames
+/// (clients and proxies would otherwise see nothing for as long as a load
+/// takes), then carries what `work` answers; an error `work` finds after
+/// that (a field the loaded model refuses, a load that failed) is the
+/// stream's error frame, as any error after a stream started is. Anything
+/// else is `work`, answered as always.
+pub async fn after_load<E: Encoder>(
+    state: &web::Data<AppState>,
+    asked: Option<&str>,
+    stream: bool,
+    work: impl std::future::Future<Output = Result<actix_web::HttpResponse, ApiError>> + 'static,
+) -> Result<actix_web::HttpResponse, ApiError> {
+    let loading = stream.then(|| loading(state, asked)).flatten();
+    let Some((model, progress)) = loading else { return work.await };
+    Ok(E::response(load_then(state.clone(), model, progress, work, E::load_frame, E::error_frame)))
+}
+
+/// The model `asked` finds when it is not in memory and a request would
+/// load it: its name and its load's progress.
+fn loading(state: &AppState, asked: Option<&str>) -> Option<(String, skillhost_engine::LoadProgress)> {
+    let models = state.server.models();
+    let model = models.find(asked.filter(|name| !name.is_empty()))?;
+    matches!(model.status, ModelStatus::Loading | ModelStatus::Unloaded)
+        .then(|| (model.name.clone(), model.progress.clone()))
+}
+
+/// Load frames until `work` answers, then its body (or its error's frame).
+fn load_then(
+    app: web::Data<AppState>,
+    model: String,
+    progress: skillhost_engine::LoadProgress,
+    work: impl std::future::Future<Output = Result<actix_web::HttpResponse, ApiError>> + 'static,
+    load_frame: fn(&LoadNews<'_>) -> Bytes,
+    error_frame: fn(&ApiError) -> Bytes,
+) -> impl Stream<Item = Result<Bytes, actix_web::Error>> {
+    enum Phase {
+        Waiting(
+            futures_util::future::LocalBoxFuture<'static, Result<actix_web::HttpResponse, ApiError>>,
+            tokio::time::Interval,
+        ),
+        Body(actix_web::body::BoxBody),
+        Done,
+    }
+    let started = Instant::now();
+    // A panic in `work` ends this stream with an error frame, as in `event_stream`.
+    let work = AssertUnwindSafe(work)
+        .catch_unwind()
+        .map(|answer| {
+            answer.unwrap_or_else(|_| {
+                tracing::error!("a streamed request panicked while its model loaded");
+                Err(ApiError::Internal("the request failed unexpectedly; the server log has the details".into()))
+            })
+        })
+        .boxed_local();
+    // The first frame goes before anything is awaited (an interval's first
+    // tick may wait for the timer's next millisecond, and a load that fails
+    // at once would beat it); the rest every `LOAD_NEWS_EVERY`.
+    let first = LoadNews { model: &model, fraction: progress.get(), waited: Duration::ZERO };
+    let first = load_frame(&first);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + LOAD_NEWS_EVERY, LOAD_NEWS_EVERY);
+    // A client that reads slowly gets the latest news, not a burst of old ones.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let rest = stream::unfold(Phase::Waiting(work, ticks), move |mut phase| {
+        let (app, model, progress) = (app.clone(), model.clone(), progress.clone());
+        async move {
+            loop {
+                match phase {
+                    Phase::Waiting(mut work, mut ticks) => tokio::select! {
+                        biased;
+                        answer = &mut work => match answer {
+                            Ok(response) => phase = Phase::Body(response.into_body()),
+                            Err(err) => {
+                                app.metrics.errors.with_label_values(&[err.kind()]).inc();
+                                return Some((Ok(error_frame(&err)), Phase::Done));
+                            }
+                        },
+                        _ = ticks.tick() => {
+                            let news = LoadNews { model: &model, fraction: progress.get(), waited: started.elapsed() };
+                            return Some((Ok(load_frame(&news)), Phase::Waiting(work, ticks)));
+                        }
+                    },
+                    Phase::Body(mut body) => {
+                        use actix_web::body::MessageBody;
+                        let next =
+                            futures_util::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await;
+                        return next.map(|chunk| {
+                            (
+                                chunk.map_err(|err| actix_web::error::ErrorInternalServerError(err.to_string())),
+                                Phase::Body(body),
+                            )
+                        });
+                    }
+                    Phase::Done => return None,
+                }
+            }
+        }
+    });
+    stream::once(async move { Ok(first) }).chain(rest)
 }
 
 struct Core<E: Encoder> {

@@ -28,7 +28,7 @@ use crate::http::openai::{
     WireMessage, WireToolChoice,
 };
 use crate::http::peer::PeerWatch;
-use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Ending, Finish};
+use crate::http::stream::{apply_tool_choice_header, event_stream, sse_response, Encoder, Ending, Finish, LoadNews};
 use crate::http::webui_turns::{self, Answer, Stopped};
 use crate::http::AppState;
 
@@ -185,6 +185,20 @@ async fn start_chat(
     let web_request: WebChatRequest = parse_json(&body)?;
     // The messages as the page sent them, for the history the store keeps.
     let kept: KeptMessages = serde_json::from_slice(&body).map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let asked = web_request.model.clone();
+    let (app, request) = (state.clone(), request.clone());
+    let work = async move { open_turn(&app, &request, web_request, kept, started).await };
+    crate::http::stream::after_load::<WebEncoder>(state, asked.as_deref(), true, work).await
+}
+
+/// Starts a checked `POST /api/chat` once its model is loaded.
+async fn open_turn(
+    state: &web::Data<AppState>,
+    request: &HttpRequest,
+    web_request: WebChatRequest,
+    kept: KeptMessages,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
     let info = model_info(state, web_request.model.as_deref()).await?;
     // The server issues conversation ids; one it did not issue (or has
     // deleted) starts a new conversation instead of naming someone's folder.
@@ -619,6 +633,12 @@ impl Encoder for WebEncoder {
 
     fn error_frame(err: &ApiError) -> Bytes {
         frame(&err.body(ErrorStyle::Plain))
+    }
+
+    /// The page shows it where it shows a turn's activity. It carries no
+    /// id: it comes before the turn's relay exists, and nothing reads it again.
+    fn load_frame(news: &LoadNews<'_>) -> Bytes {
+        frame(&json!({"loading": news.json()}))
     }
 
     fn failed(&mut self, err: &ApiError) -> Vec<Bytes> {

@@ -762,8 +762,23 @@ async function* readFrames(stream, seen) {
   }
 }
 
+// A model loading for this turn: `{model, progress, waited_ms}`.
+function describeLoading(loading) {
+  const percent = loading.progress > 0 ? ` ${Math.floor(loading.progress * 100)}%` : '';
+  return `Loading ${loading.model}${percent}…`;
+}
+
 // Applies one frame; returns true when it ends the turn.
 function applyFrame(frame, turn, view) {
+  if (frame.loading) {
+    showActivity(describeLoading(frame.loading));
+    turn.loading = true;
+    return false;
+  }
+  if (turn.loading) {
+    turn.loading = false;
+    showActivity('');
+  }
   if (typeof frame.content === 'string') {
     turn.content += frame.content;
     view.setContent(turn.content);

@@ -1124,7 +1124,7 @@ async function run() {
     }
   });
 
-  await step(15, 'with two models, the picker switches the next turn to the other, which loads for it, and the conversation remembers it', async () => {
+  await step(15, 'with two models, the picker switches the next turn to the other, which loads for it while the page says so, and the conversation remembers it', async () => {
     check(existsSync(GEMMA), `the model ${GEMMA} is missing; fetch it with: make test-models`);
     const address = await startServer([], ['--model', MODEL, '--model', `gemma=${GEMMA}`]);
     const tab = await context.newPage();
@@ -1140,12 +1140,22 @@ async function run() {
       await tab.click('#settings > summary');
       await tab.fill('#temperature', '0');
       await tab.fill('#max-tokens', '8');
+      // Every text the activity line shows, however briefly: the load's
+      // frame comes before the turn's first, so the line said so once.
+      await tab.evaluate(() => {
+        window.activityShown = [];
+        const activity = document.getElementById('activity');
+        new MutationObserver(() => window.activityShown.push(activity.textContent)).observe(activity, { childList: true, characterData: true, subtree: true });
+      });
       // Only the turn's structure and the model it ran on are checked: the
       // words are gemma's.
       await send(tab, 'Say hello.');
       await waitForTurnEnd(tab, TOOL_TURN_TIMEOUT_MS);
       const answer = await lastAssistant(tab);
       check(answer.state === 'done', `the turn on gemma did not finish: ${describe(answer)}`);
+      const shown = await tab.evaluate(() => window.activityShown);
+      check(shown.some((text) => /^Loading gemma( \d+%)?…$/.test(text)), `the activity line never said gemma was loading: ${JSON.stringify(shown)}`);
+      check(await tab.textContent('#activity') === '', 'the loading line stayed after the turn');
       const listed = await (await fetch(`${address}/v1/models`)).json();
       const gemma = listed.data.find((model) => model.id === 'gemma');
       check(gemma?.loaded === true, `gemma is not loaded after its turn: ${JSON.stringify(listed.data)}`);

@@ -460,3 +460,55 @@ def test_a_plain_question_costs_the_prompt_tokens_it_costs_on_llama_server(serve
         ours = post(server.url, body)["usage"]["prompt_tokens"]
         theirs = post(upstreams[0].url, body)["usage"]["prompt_tokens"]
         assert ours == theirs, (messages, ours, theirs)
+
+
+def llama_metric(upstream, name):
+    """A counter from llama-server's own /metrics (started with --metrics)."""
+    with urllib.request.urlopen(upstream.url + "/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def test_an_upstream_entry_is_one_model_beside_a_local_one():
+    """A `models:` entry with `upstream:` sits beside a GGUF loaded here:
+    the model field picks where a request runs, the upstream's own counters
+    show which requests reached it, and a stream to it before its first use
+    starts with the load's frame, which the client skips."""
+    from openai import OpenAI
+
+    upstream = LlamaServer("--jinja", "--metrics")
+    entry = json.dumps({"name": "remote", "upstream": upstream.url, "aliases": ["far"]})
+    server = RunningServer(["--model", f"near={DEFAULT_MODEL}", "--model-entry", entry, "--no-skills"])
+    try:
+        with urllib.request.urlopen(server.url + "/v1/models") as response:
+            listed = json.loads(response.read())["data"]
+        assert [(m["id"], m["status"]) for m in listed] == [("near", "loaded"), ("remote", "unloaded")], listed
+
+        # The first request to it, streamed: the load's comment comes first.
+        body = {"model": "far", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4,
+                "temperature": 0, "stream": True}
+        request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            text = response.read().decode()
+        assert text.startswith(": loading model 'remote' ("), text[:200]
+        assert text.rstrip().endswith("data: [DONE]"), text[-200:]
+
+        client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+        ask = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 4, "temperature": 0}
+        before = llama_metric(upstream, "llamacpp:prompt_tokens_total")
+        near = client.chat.completions.create(model="near", **ask)
+        assert near.model == "near"
+        assert llama_metric(upstream, "llamacpp:prompt_tokens_total") == before, "a local request reached the upstream"
+        remote = client.chat.completions.create(model="remote", **ask)
+        assert remote.model == "remote"
+        assert remote.usage.completion_tokens > 0
+        assert llama_metric(upstream, "llamacpp:prompt_tokens_total") > before, "the upstream never saw the request"
+        with urllib.request.urlopen(server.url + "/v1/models") as response:
+            listed = json.loads(response.read())["data"]
+        assert [(m["id"], m["status"]) for m in listed] == [("near", "loaded"), ("remote", "loaded")], listed
+    finally:
+        server.stop()
+        upstream.stop()

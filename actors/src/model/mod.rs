@@ -10,7 +10,7 @@ pub mod scripted;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use skillhost_engine::{Engine, EngineConfig, Exit, Remote, RemoteConfig};
+use skillhost_engine::{Engine, EngineConfig, Exit, LoadProgress, Remote, RemoteConfig};
 
 pub use backend::ModelBackend;
 pub use catalog::{Catalog, ModelEntry, ModelLimits};
@@ -45,7 +45,7 @@ impl ModelSource {
             ModelSource::Load(config) => {
                 config.name.clone().unwrap_or_else(|| skillhost_engine::file_model_name(&config.model_path))
             }
-            ModelSource::Remote(_) => self.describe(),
+            ModelSource::Remote(config) => config.name.clone().unwrap_or_else(|| self.describe()),
             ModelSource::Provided(backend) => backend.info().id.clone(),
         }
     }
@@ -54,7 +54,8 @@ impl ModelSource {
     pub fn aliases(&self) -> &[String] {
         match self {
             ModelSource::Load(config) => &config.aliases,
-            ModelSource::Remote(_) | ModelSource::Provided(_) => &[],
+            ModelSource::Remote(config) => &config.aliases,
+            ModelSource::Provided(_) => &[],
         }
     }
 
@@ -94,13 +95,14 @@ pub struct ModelState {
 impl Actor for ModelActor {
     type Msg = ModelMsg;
     type State = ModelState;
-    type Arguments = ModelSource;
+    /// What to load, and where to report how far the weights are read.
+    type Arguments = (ModelSource, LoadProgress);
 
     /// Loads the model on a blocking thread; the actor starts once it is in memory.
     async fn pre_start(
         &self,
         myself: ActorRef<ModelMsg>,
-        source: ModelSource,
+        (source, progress): (ModelSource, LoadProgress),
     ) -> Result<ModelState, ActorProcessingErr> {
         let config = match source {
             ModelSource::Provided(backend) => return Ok(ModelState { backend, engine: None }),
@@ -112,7 +114,7 @@ impl Actor for ModelActor {
                 return Ok(ModelState { backend: Arc::new(remote), engine: None });
             }
         };
-        let (engine, exit) = tokio::task::spawn_blocking(move || Engine::start(config)).await??;
+        let (engine, exit) = tokio::task::spawn_blocking(move || Engine::start_reporting(config, progress)).await??;
         tokio::spawn(async move {
             let exit = exit.await.unwrap_or(Exit::Panicked("the engine thread vanished".into()));
             let _ = myself.cast(ModelMsg::EngineExited(exit));

@@ -107,6 +107,11 @@ pub struct RemoteConfig {
     pub template_format: Option<String>,
     /// The context per request; `None` takes the upstreams' (the smallest).
     pub n_ctx: Option<u32>,
+    /// The name requests use for it (a `models:` entry's); `None` takes the
+    /// upstream's model, or `--template-from`'s.
+    pub name: Option<String>,
+    /// Other names requests may use for it.
+    pub aliases: Vec<String>,
 }
 
 /// A handle to the fleet; cheap to clone.
@@ -219,6 +224,7 @@ impl Remote {
             }
             None => (fallback_id, String::new(), 0, 0, 0, None),
         };
+        let id = config.name.clone().unwrap_or(id);
         let format = if all_chat {
             ChatFormat::upstream_chat()
         } else {
