@@ -447,7 +447,7 @@ async fn a_conversations_files_come_back_after_a_restart_and_its_links_never_do(
         done["conversationId"].as_str().unwrap().to_string()
     };
     // Only the regular files were kept.
-    let store = skillhost_actors::store::Store::open(state_dir.path(), Default::default()).unwrap();
+    let store = crate::http::test_server::open_when_free(state_dir.path()).await.unwrap();
     let kept = store
         .run_here(|conn| {
             let owner: String =
@@ -526,7 +526,7 @@ async fn a_conversations_attachment_is_read_only_to_its_commands_and_outlives_a_
         assert!(seen.contains("rent 1200mode=444\nrefused"), "{seen}");
         (done["conversationId"].as_str().unwrap().to_string(), file)
     };
-    let store = skillhost_actors::store::Store::open(state_dir.path(), Default::default()).unwrap();
+    let store = crate::http::test_server::open_when_free(state_dir.path()).await.unwrap();
     let kept = store
         .run_here(|conn| {
             let owner: String =

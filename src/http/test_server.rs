@@ -17,6 +17,7 @@ use skillhost_actors::model::{Catalog, ModelSource};
 use skillhost_actors::sandbox::interpreters::Interpreters;
 use skillhost_actors::sandbox::launch::Launcher;
 use skillhost_actors::sandbox::{ExecRuntime, ExecSettings};
+use skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS;
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 use skillhost_actors::store::Store;
 use skillhost_actors::tools::mcp::config::McpServerConfig;
@@ -57,6 +58,22 @@ fn helper_path() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("the target folder").join("skillhost-sandbox")
 }
 
+/// The store in `dir`, once the server a test stopped on it has let go: a
+/// turn's last write (the Web UI saves its end after the last frame) may
+/// still hold it for a moment. Bounded; a store still locked after that
+/// fails as `serve` would.
+pub(crate) async fn open_when_free(dir: &Path) -> Result<Store, skillhost_actors::store::StoreError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match Store::open(dir, Default::default()) {
+            Err(skillhost_actors::store::StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
 /// The skills the scenario folders use (`tests/scenarios/skills`).
 pub(crate) fn scenario_skills_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/skills")
@@ -64,7 +81,7 @@ pub(crate) fn scenario_skills_root() -> PathBuf {
 
 /// Skills from the given roots, none selected, no watching.
 pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, selected: Vec<String>) -> SkillsConfig {
-    SkillsConfig { roots, install_dir, watch: false, poll: None, selected }
+    SkillsConfig { roots, install_dir, watch: false, poll: None, selected, keep_versions: DEFAULT_KEEP_VERSIONS }
 }
 
 enum Model {
@@ -292,7 +309,7 @@ impl TestServer {
     pub(crate) async fn start(self) -> Result<Running, StartupError> {
         // First, as `serve` opens it: a store it cannot open starts nothing.
         let store = match &self.state {
-            Some(dir) => Store::open(dir, Default::default())?,
+            Some(dir) => open_when_free(dir).await?,
             None => Store::temporary()?,
         };
         let (models, backend) = match self.model {
