@@ -156,6 +156,35 @@ impl SkillsHandle {
             .unwrap_or_else(|| Err(SkillsError::Unavailable("the install did not finish".into())))
     }
 
+    /// An installed skill's versions, the newest first (read from the
+    /// install folder; the registry is not asked).
+    pub fn versions(&self, id: &str) -> Result<crate::skills::versions::History, SkillsError> {
+        let snapshot = self.snapshot();
+        let Some(skill) = snapshot.get(id) else {
+            return Err(SkillsError::NotFound(format!("no skill named '{id}' is registered")));
+        };
+        match (&self.install_dir, skill.origin) {
+            (Some(dir), crate::skills::Origin::Installed) => Ok(crate::skills::versions::history(dir, id)),
+            _ => Err(SkillsError::NotFound(format!(
+                "the skill '{id}' was discovered in {}, not installed; only installed skills have versions",
+                skill.root.display()
+            ))),
+        }
+    }
+
+    /// Makes an earlier version of an installed skill live: `version`, else
+    /// the newest before the live one. Answers the version now live.
+    pub async fn rollback(&self, id: &str, version: Option<u32>) -> Result<u32, SkillsError> {
+        let actor = self.actor().await?;
+        let id = id.to_string();
+        actor
+            .call(|reply| SkillsMsg::Rollback { id, version, reply }, Some(RESCAN_TIMEOUT))
+            .await
+            .ok()
+            .and_then(|result| result.success_or(()).ok())
+            .unwrap_or_else(|| Err(SkillsError::Unavailable("the rollback did not finish".into())))
+    }
+
     /// Removes an installed skill.
     pub async fn delete(&self, id: &str) -> Result<(), SkillsError> {
         let actor = self.actor().await?;

@@ -92,10 +92,13 @@ fn install(setup: &Setup, archive: &[u8], overwrite: bool) -> Result<String, Ins
         overwrite,
         &snapshot(&setup.install),
         ZipLimits::default(),
+        5,
     )
+    .map(|installed| installed.name)
 }
 
-/// Everything under a folder, as relative paths.
+/// Everything under a folder, as relative paths; links are listed, not
+/// followed.
 fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -103,7 +106,7 @@ fn tree(dir: &Path) -> Vec<String> {
         for entry in std::fs::read_dir(&at).unwrap().flatten() {
             let path = entry.path();
             out.push(path.strip_prefix(dir).unwrap().display().to_string());
-            if path.is_dir() {
+            if entry.file_type().unwrap().is_dir() {
                 stack.push(path);
             }
         }
@@ -122,7 +125,21 @@ fn good_archives_of_both_shapes_install() {
         ("pdf/.DS_Store", b"junk"),
     ]);
     assert_eq!(install(&setup, &folder, false), Ok("pdf".into()));
-    assert_eq!(tree(&setup.install), vec!["pdf", "pdf/SKILL.md", "pdf/scripts", "pdf/scripts/extract.py"]);
+    // The skill is its version 1, and its name links to it.
+    assert_eq!(
+        tree(&setup.install),
+        vec![
+            ".versions",
+            ".versions/pdf",
+            ".versions/pdf/1",
+            ".versions/pdf/1.json",
+            ".versions/pdf/1/SKILL.md",
+            ".versions/pdf/1/scripts",
+            ".versions/pdf/1/scripts/extract.py",
+            "pdf"
+        ]
+    );
+    assert_eq!(std::fs::read_link(setup.install.join("pdf")).unwrap(), Path::new(".versions/pdf/1"));
     let installed = snapshot(&setup.install);
     assert_eq!(installed.ids(), vec!["pdf"]);
     assert_eq!(installed.get("pdf").unwrap().origin, Origin::Installed);
@@ -146,7 +163,8 @@ fn good_archives_of_both_shapes_install() {
     assert_eq!(install(&setup, &updated, true), Ok("pdf".into()));
     let body = std::fs::read_to_string(setup.install.join("pdf/SKILL.md")).unwrap();
     assert!(body.contains("v2"));
-    assert!(!setup.install.join("pdf/scripts").exists(), "the old copy's files are gone");
+    assert!(!setup.install.join("pdf/scripts").exists(), "the live copy is the new one alone");
+    assert!(setup.install.join(".versions/pdf/1/scripts").exists(), "the old version is kept");
     // No staging folders are left behind.
     assert!(tree(&setup.install).iter().all(|p| !p.starts_with(".upload-")), "{:?}", tree(&setup.install));
 }
@@ -294,10 +312,10 @@ fn whole_archive_limit() {
     let files = [("pdf/SKILL.md", SKILL_MD.as_bytes()), ("pdf/a.bin", &[1u8; 600][..])];
     let total = (SKILL_MD.len() + 600) as u64;
     let current = snapshot(&setup.install);
-    assert!(
-        install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, false, &current, limits(total)).is_ok()
-    );
-    let err = install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, true, &current, limits(total - 1))
-        .unwrap_err();
+    assert!(install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, false, &current, limits(total), 5)
+        .is_ok());
+    let err =
+        install_archive(std::io::Cursor::new(zip_of(&files)), &setup.install, true, &current, limits(total - 1), 5)
+            .unwrap_err();
     assert!(err.to_string().contains(&format!("the archive decompresses to more than {} bytes", total - 1)), "{err}");
 }

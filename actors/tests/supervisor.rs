@@ -121,6 +121,7 @@ async fn the_supervisor_answers_while_the_model_loads() {
         watch: false,
         poll: None,
         selected: Vec::new(),
+        keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
     };
     let engine = EngineConfig { model_path: fifo.clone(), n_parallel: 1, ..Default::default() };
     let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();

@@ -133,6 +133,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
             watch: false,
             poll: None,
             selected: Vec::new(),
+            keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
         }),
         loop_settings: LoopSettings { multi_agent: MultiAgent::Off, max_rounds: 16, ..LoopSettings::default() },
         exec: None,

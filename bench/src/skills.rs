@@ -99,7 +99,7 @@ pub fn run() {
     let archive = writer.finish().expect("zip").into_inner();
     let dir = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
-    install_archive(std::io::Cursor::new(&archive), dir.path(), false, &Snapshot::default(), ZipLimits::default())
+    install_archive(std::io::Cursor::new(&archive), dir.path(), false, &Snapshot::default(), ZipLimits::default(), 5)
         .expect("install");
     let seconds = started.elapsed().as_secs_f64();
     let megabytes = archive.len() as f64 / (1024.0 * 1024.0);

@@ -21,7 +21,7 @@ use skillhost_actors::chat_loop::{
     LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
 use skillhost_actors::skills::roots::registry_roots;
-use skillhost_actors::skills::SkillsConfig;
+use skillhost_actors::skills::{versions, SkillsConfig};
 use skillhost_actors::store::{Retention, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, MIN_MAX_BYTES};
 use skillhost_actors::workspace::uids::{UidRange, DEFAULT_UID_RANGE};
 use skillhost_actors::workspace::DEFAULT_WORKSPACE_MAX_BYTES;
@@ -154,6 +154,9 @@ pub struct SkillArgs {
     /// Also rescan every this many seconds, for roots on NFS or other shared storage whose changes file events do not report [default: off]
     #[arg(long = "skills-poll", env = "SKILLHOST_SKILLS_POLL", help_heading = SKILLS)]
     pub skills_poll: Option<u64>,
+    /// Previous versions each installed skill keeps, for GET /api/skills/{id}/versions and rollback (0 to 100) [default: 5]
+    #[arg(long = "skills-keep-versions", env = "SKILLHOST_SKILLS_KEEP_VERSIONS", help_heading = SKILLS)]
+    pub skills_keep_versions: Option<usize>,
 }
 
 /// Flags of `skillhost chat`: every flag of `serve`, and the conversation's.
@@ -786,12 +789,20 @@ impl SkillArgs {
                 )))
             }
         };
+        let keep_versions = self.skills_keep_versions.unwrap_or(versions::DEFAULT_KEEP_VERSIONS);
+        if keep_versions > versions::MAX_KEEP_VERSIONS {
+            return Err(ConfigError(format!(
+                "--skills-keep-versions must be between 0 and {}, got {keep_versions}",
+                versions::MAX_KEEP_VERSIONS
+            )));
+        }
         Ok(Some(SkillsConfig {
             roots,
             install_dir: Some(install_dir),
             watch: self.skills_watch,
             poll,
             selected: Vec::new(),
+            keep_versions,
         }))
     }
 }
@@ -1988,6 +1999,15 @@ skills-watch: true
             refused(&["--upstream", "http://a", "--skills-poll", "86401"]),
             "--skills-poll must be between 1 and 86400 seconds, got 86401"
         );
+        // Versions kept: at the limit, and one past it.
+        let keep = |n: usize| from_args(&["--upstream", "http://a", "--skills-keep-versions", &n.to_string()]);
+        let kept = keep(versions::MAX_KEEP_VERSIONS).unwrap();
+        assert_eq!(kept.skills.map(|s| s.keep_versions), Some(versions::MAX_KEEP_VERSIONS));
+        assert_eq!(
+            keep(versions::MAX_KEEP_VERSIONS + 1).unwrap_err().0,
+            "--skills-keep-versions must be between 0 and 100, got 101"
+        );
+        assert_eq!(keep(0).unwrap().skills.map(|s| s.keep_versions), Some(0));
         let bad_file = write(dir.path(), "bad.yaml", "upstreams:\n  - mode: chat\n");
         assert_eq!(refused(&["--config", &bad_file.to_string_lossy()]).contains("every entry needs a url"), true);
     }

@@ -55,6 +55,8 @@ pub fn need(method: &Method, path: &str) -> Need {
         "/metrics" => Need::Metrics,
         "/api/skills" | "/api/skills/rescan" if *method == Method::POST => Need::Admin,
         _ if *method == Method::DELETE && path.starts_with("/api/skills/") => Need::Admin,
+        // Rollback; every other skills route that changes something.
+        _ if *method == Method::POST && path.starts_with("/api/skills/") => Need::Admin,
         _ if *method == Method::POST && path.starts_with("/api/models/") => Need::Admin,
         _ => Need::User,
     }
@@ -101,6 +103,9 @@ fn takes_json(method: &Method, path: &str) -> bool {
         || (*method == Method::POST && path == "/mcp")
         // Creating a conversation, adding items, changing its metadata.
         || (*method == Method::POST && path.starts_with("/v1/conversations"))
+        // A rollback: a form on another site must not roll a skill back
+        // through a keyless loopback server.
+        || (*method == Method::POST && path.starts_with("/api/skills/") && path.ends_with("/rollback"))
 }
 
 /// The error shape of the surface a path belongs to.
@@ -622,6 +627,8 @@ mod tests {
         assert_eq!(need(&Method::GET, "/api/skills"), Need::User);
         assert_eq!(need(&Method::DELETE, "/api/skills/pdf"), Need::Admin);
         assert_eq!(need(&Method::POST, "/api/skills/rescan"), Need::Admin);
+        assert_eq!(need(&Method::POST, "/api/skills/pdf/rollback"), Need::Admin);
+        assert_eq!(need(&Method::GET, "/api/skills/pdf/versions"), Need::User);
         assert_eq!(need(&Method::DELETE, "/api/conversations/c-1"), Need::User);
         assert_eq!(need(&Method::GET, "/no/such/route"), Need::User);
     }

@@ -210,6 +210,7 @@ impl From<SkillsError> for ApiError {
             SkillsError::Install(InstallError::Rejected(message)) => ApiError::bad_request(message),
             SkillsError::Install(InstallError::Conflict(message)) => ApiError::Conflict(message),
             SkillsError::Install(InstallError::Io(message)) => ApiError::Internal(message),
+            SkillsError::Conflict(message) => ApiError::Conflict(message),
             SkillsError::Unavailable(message) => ApiError::Unavailable(message),
         }
     }

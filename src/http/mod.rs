@@ -207,6 +207,16 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/api/skills/{id}/versions")
+                .route(web::get().to(skills::api_versions))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/skills/{id}/rollback")
+                .route(web::post().to(skills::api_rollback))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/api/skills/{id}/files/{path:.*}")
                 .route(web::get().to(skills::api_file))
                 .default_service(web::to(ops::method_not_allowed)),
@@ -362,5 +372,7 @@ mod files_tests;
 mod models_tests;
 #[cfg(test)]
 mod responses_tests;
+#[cfg(test)]
+mod versions_tests;
 #[cfg(test)]
 mod webui_turns_tests;

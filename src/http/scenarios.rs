@@ -49,6 +49,7 @@ fn outputs(script: &Value) -> Vec<ScriptedOutput> {
                 delay: std::time::Duration::from_millis(object["delay_ms"].as_u64().unwrap_or(0)),
                 panic: object["panic"].as_bool().unwrap_or(false),
                 stall_after: None,
+                gate: None,
             },
         })
         .collect()

@@ -346,6 +346,51 @@ fn is_true(value: &str) -> bool {
     matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
 }
 
+/// `GET /api/skills/{id}/versions`: an installed skill's versions, the
+/// newest first, and which one is live.
+pub async fn api_versions(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
+    let history = registry(&state)?.versions(&id).map_err(ApiError::from)?;
+    let versions: Vec<Value> = history
+        .versions
+        .iter()
+        .map(|v| {
+            json!({
+                "version": v.version,
+                "digest": v.digest,
+                "installed_at": timestamp(v.installed_at),
+                "bytes": v.bytes,
+                "current": Some(v.version) == history.current,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"id": id.into_inner(), "current": history.current, "versions": versions})))
+}
+
+/// The body of `POST /api/skills/{id}/rollback`: `{}` for the version
+/// before the live one, or the version to go back to.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackRequest {
+    version: Option<u32>,
+}
+
+/// `POST /api/skills/{id}/rollback` (admin): makes an earlier version live.
+/// Turns already running keep the version they started with.
+pub async fn api_rollback(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+    id: web::Path<String>,
+) -> Result<HttpResponse, PlainError> {
+    let body: RollbackRequest = crate::http::body::read_json(&request, payload).await?;
+    let version = registry(&state)?.rollback(&id, body.version).await.map_err(ApiError::from)?;
+    Ok(HttpResponse::Ok().json(json!({"id": id.into_inner(), "current": version})))
+}
+
+fn timestamp(unix: u64) -> String {
+    DateTime::<Utc>::from_timestamp(unix as i64, 0).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
 /// `DELETE /api/skills/{id}`
 pub async fn api_delete(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, PlainError> {
     let skills = registry(&state)?;

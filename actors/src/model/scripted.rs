@@ -33,6 +33,30 @@ pub struct ScriptedOutput {
     /// Streams this many pieces, then never ends (a generation that a
     /// bound outside it cuts).
     pub stall_after: Option<usize>,
+    /// Waits for a permit of this before the first piece: the test decides
+    /// when the output goes on (after it changed something under the turn).
+    pub gate: Option<Gate>,
+}
+
+/// A permit a scripted output waits for; equal to itself only.
+#[derive(Debug, Clone)]
+pub struct Gate(pub Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    pub fn closed() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets one waiting output go on.
+    pub fn open(&self) {
+        self.0.add_permits(1);
+    }
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Gate) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl From<String> for ScriptedOutput {
@@ -43,6 +67,7 @@ impl From<String> for ScriptedOutput {
             delay: std::time::Duration::ZERO,
             panic: false,
             stall_after: None,
+            gate: None,
         }
     }
 }
@@ -204,12 +229,16 @@ impl ModelBackend for ScriptedBackend {
         Box::pin(async move {
             let output = output.ok_or_else(|| EngineError::Decode("the script has no more outputs".into()))?;
             let (events, receiver) = mpsc::unbounded_channel();
-            let (delay, stall_after, output) = (output.delay, output.stall_after, output.text);
+            let (delay, stall_after, gate, output) = (output.delay, output.stall_after, output.gate, output.text);
             let generated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let counted = generated.clone();
             let mut pieces = 0;
             let mut reason = FinishReason::Stop;
+            let waits = gate.is_some();
             let stream = async move {
+                if let Some(Gate(permits)) = gate {
+                    let _ = permits.acquire().await.map(tokio::sync::SemaphorePermit::forget);
+                }
                 tokio::time::sleep(delay).await;
                 let mut rest = output.as_str();
                 while !rest.is_empty() {
@@ -234,7 +263,7 @@ impl ModelBackend for ScriptedBackend {
                 let timings = Timings { prompt_n: n_prompt, predicted_n: pieces, ..Timings::default() };
                 let _ = events.send(GenerationEvent::Finished { reason, timings });
             };
-            if delay.is_zero() && stall_after.is_none() {
+            if delay.is_zero() && stall_after.is_none() && !waits {
                 stream.await;
             } else {
                 tokio::spawn(stream);

@@ -5,8 +5,9 @@
 //! deletes are messages, handled one at a time, each doing its filesystem
 //! work on a blocking thread and then swapping in a new snapshot.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -14,7 +15,8 @@ use tokio::sync::watch;
 
 use super::install::{install_archive, InstallError, ZipLimits};
 use super::registry::{changes, scan, Changes, Root, Snapshot};
-use super::skill::Origin;
+use super::skill::{Origin, Skill};
+use super::versions;
 
 /// How long file changes must settle before `--skills-watch` rescans.
 pub const WATCH_DEBOUNCE: Duration = Duration::from_millis(500);
@@ -33,6 +35,8 @@ pub struct SkillsConfig {
     pub poll: Option<std::time::Duration>,
     /// Skills selected for every request that names none (`--skill`).
     pub selected: Vec<String>,
+    /// Previous versions an installed skill keeps (`--skills-keep-versions`).
+    pub keep_versions: usize,
 }
 
 /// Why a registry change failed.
@@ -47,6 +51,9 @@ pub enum SkillsError {
     /// The upload was refused or conflicts with an existing skill.
     #[error("{0}")]
     Install(#[from] InstallError),
+    /// The change cannot apply to the skill as it is (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
     /// The registry actor is gone (HTTP 503).
     #[error("{0}")]
     Unavailable(String),
@@ -67,6 +74,9 @@ pub enum SkillsMsg {
     Install { archive: std::fs::File, overwrite: bool, reply: RpcReplyPort<Result<String, SkillsError>> },
     /// Sent by the HTTP layer to remove an installed skill.
     Delete { id: String, reply: RpcReplyPort<Result<(), SkillsError>> },
+    /// Sent by the HTTP layer to make an earlier version live again: the one
+    /// named, else the newest before the live one. Answers the version.
+    Rollback { id: String, version: Option<u32>, reply: RpcReplyPort<Result<u32, SkillsError>> },
 }
 
 pub struct SkillsState {
@@ -78,13 +88,19 @@ pub struct SkillsState {
     _watcher: Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>>,
     /// The `--skills-poll` timer; aborted with the actor.
     _poller: Option<crate::task::AbortOnDrop>,
+    /// Every skill folder a published snapshot held, by canonical path: a
+    /// turn keeps the snapshot it started with, so a folder is in use while
+    /// its skill is alive.
+    held: HashMap<PathBuf, Weak<Skill>>,
+    /// Version folders that left the history, removed once no turn holds them.
+    retired: Vec<PathBuf>,
 }
 
 impl SkillsState {
     /// Scans on a blocking thread, publishes, and reports what changed.
-    async fn rescan(&self) -> Changes {
+    async fn rescan(&mut self) -> Changes {
         let roots = self.config.roots.clone();
-        let after = match tokio::task::spawn_blocking(move || scan(&roots)).await {
+        let mut after = match tokio::task::spawn_blocking(move || scan(&roots)).await {
             Ok(snapshot) => snapshot,
             Err(err) => {
                 tracing::error!(error = %err, "the skills scan failed");
@@ -96,8 +112,66 @@ impl SkillsState {
         if diff != Changes::default() {
             tracing::info!(added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed, "skills rescanned");
         }
+        // An unchanged skill keeps its object, so the turns that hold it and
+        // the registry agree on when its folder stops being read.
+        for (id, skill) in after.skills.iter_mut() {
+            if let Some(old) = before.get(id).filter(|old| ***old == **skill) {
+                *skill = Arc::clone(old);
+            }
+        }
+        self.held.retain(|_, skill| skill.strong_count() > 0);
+        for skill in after.skills.values() {
+            self.held.insert(skill.root.clone(), Arc::downgrade(skill));
+        }
         let _ = self.snapshot.send(Arc::new(after));
+        self.sweep().await;
         diff
+    }
+
+    /// Takes version folders out of the history: each goes once no turn
+    /// holds its skill.
+    fn retire(&mut self, folders: Vec<PathBuf>) {
+        for folder in folders {
+            // Skills are held by their canonical folder.
+            self.retired.push(std::fs::canonicalize(&folder).unwrap_or(folder));
+        }
+    }
+
+    /// Removes the retired folders nothing reads any more.
+    async fn sweep(&mut self) {
+        let held = &self.held;
+        let (free, busy): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut self.retired)
+            .into_iter()
+            .partition(|folder| held.get(folder).is_none_or(|skill| skill.strong_count() == 0));
+        self.retired = busy;
+        if free.is_empty() {
+            return;
+        }
+        let work = move || {
+            for folder in free {
+                if let Err(err) = std::fs::remove_dir_all(&folder) {
+                    tracing::warn!(folder = %folder.display(), error = %err, "a retired skill version was not removed");
+                }
+            }
+        };
+        let _ = tokio::task::spawn_blocking(work).await;
+    }
+}
+
+/// Tidies the install folder before the first scan, when no turn can read
+/// it: links and version folders an interrupted install left, and skill
+/// folders put there by hand, which become their skill's version 1.
+fn tidy(install_dir: &Path) {
+    for link in versions::stray_links(install_dir) {
+        let _ = std::fs::remove_file(link);
+    }
+    for folder in versions::leftovers(install_dir) {
+        let _ = std::fs::remove_dir_all(folder);
+    }
+    for name in versions::adoptable(install_dir) {
+        if let Err(err) = versions::adopt(install_dir, &name) {
+            tracing::warn!(skill = %name, error = %err, "an installed skill folder was not taken into versions");
+        }
     }
 }
 
@@ -125,7 +199,17 @@ impl Actor for SkillRegistryActor {
                 }
             }))
         });
-        let state = SkillsState { config: args.config, snapshot: args.snapshot, _watcher: watcher, _poller: poller };
+        if let Some(dir) = args.config.install_dir.clone() {
+            let _ = tokio::task::spawn_blocking(move || tidy(&dir)).await;
+        }
+        let mut state = SkillsState {
+            config: args.config,
+            snapshot: args.snapshot,
+            _watcher: watcher,
+            _poller: poller,
+            held: HashMap::new(),
+            retired: Vec::new(),
+        };
         state.rescan().await;
         Ok(state)
     }
@@ -144,14 +228,24 @@ impl Actor for SkillRegistryActor {
                 }
             }
             SkillsMsg::Install { archive, overwrite, reply } => {
-                let result = install(state, archive, overwrite).await;
+                let result = install(state, archive, overwrite).await.map(|installed| {
+                    state.retire(installed.retired);
+                    installed.name
+                });
                 if result.is_ok() {
                     state.rescan().await;
                 }
                 let _ = reply.send(result);
             }
             SkillsMsg::Delete { id, reply } => {
-                let result = delete(state, &id).await;
+                let result = delete(state, &id).await.map(|retired| state.retire(retired));
+                if result.is_ok() {
+                    state.rescan().await;
+                }
+                let _ = reply.send(result);
+            }
+            SkillsMsg::Rollback { id, version, reply } => {
+                let result = rollback(state, &id, version).await;
                 if result.is_ok() {
                     state.rescan().await;
                 }
@@ -162,35 +256,84 @@ impl Actor for SkillRegistryActor {
     }
 }
 
-async fn install(state: &SkillsState, archive: std::fs::File, overwrite: bool) -> Result<String, SkillsError> {
+async fn install(
+    state: &SkillsState,
+    archive: std::fs::File,
+    overwrite: bool,
+) -> Result<super::install::Installed, SkillsError> {
     let Some(install_dir) = state.config.install_dir.clone() else {
         return Err(SkillsError::Forbidden("this server has no skills install folder, so uploads are off".into()));
     };
     let current = state.snapshot.borrow().clone();
-    let work = move || install_archive(archive, &install_dir, overwrite, &current, ZipLimits::default());
+    let keep = state.config.keep_versions;
+    let work = move || install_archive(archive, &install_dir, overwrite, &current, ZipLimits::default(), keep);
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => Ok(result?),
         Err(err) => Err(SkillsError::Install(InstallError::Io(format!("the install failed: {err}")))),
     }
 }
 
-async fn delete(state: &SkillsState, id: &str) -> Result<(), SkillsError> {
+/// The installed skill `id` and the install folder, or why a change to it
+/// is refused (`what` names the change).
+fn installed(state: &SkillsState, id: &str, what: &str) -> Result<PathBuf, SkillsError> {
     let current = state.snapshot.borrow().clone();
     let Some(skill) = current.get(id) else {
         return Err(SkillsError::NotFound(format!("no skill named '{id}' is registered")));
     };
     if skill.origin == Origin::Discovered {
         return Err(SkillsError::Forbidden(format!(
-            "the skill '{id}' was discovered in {}, not uploaded; remove it from disk instead",
+            "the skill '{id}' was discovered in {}, not uploaded; {what}",
             skill.root.display()
         )));
     }
-    let root = skill.root.clone();
-    let work = move || std::fs::remove_dir_all(&root);
+    state.config.install_dir.clone().ok_or_else(|| SkillsError::Forbidden("this server has no install folder".into()))
+}
+
+/// Deletes an installed skill; returns its version folders, which go once
+/// no turn reads them.
+async fn delete(state: &SkillsState, id: &str) -> Result<Vec<PathBuf>, SkillsError> {
+    let install_dir = installed(state, id, "remove it from disk instead")?;
+    let name = id.to_string();
+    let work = move || versions::retire(&install_dir, &name);
+    let failed = |err: String| SkillsError::Install(InstallError::Io(format!("cannot remove '{id}': {err}")));
     match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(SkillsError::Install(InstallError::Io(format!("cannot remove '{id}': {err}")))),
-        Err(err) => Err(SkillsError::Install(InstallError::Io(format!("cannot remove '{id}': {err}")))),
+        Ok(Ok(retired)) => Ok(retired),
+        Ok(Err(err)) => Err(failed(err.to_string())),
+        Err(err) => Err(failed(err.to_string())),
+    }
+}
+
+/// Makes `version` of an installed skill live again, or the newest before
+/// the live one.
+async fn rollback(state: &SkillsState, id: &str, version: Option<u32>) -> Result<u32, SkillsError> {
+    let install_dir = installed(state, id, "it has no versions here")?;
+    let history = versions::history(&install_dir, id);
+    let known = || history.versions.iter().map(|v| v.version.to_string()).collect::<Vec<_>>().join(", ");
+    let target = match version {
+        Some(asked) if history.versions.iter().any(|v| v.version == asked) => asked,
+        Some(asked) => {
+            return Err(SkillsError::NotFound(format!(
+                "the skill '{id}' has no version {asked}; its versions: {}",
+                known()
+            )))
+        }
+        None => {
+            let live = history.current.unwrap_or(u32::MAX);
+            let earlier = history.versions.iter().map(|v| v.version).filter(|v| *v < live).max();
+            earlier.ok_or_else(|| {
+                SkillsError::Conflict(format!(
+                    "the skill '{id}' has no version before {live} to roll back to; its versions: {}",
+                    known()
+                ))
+            })?
+        }
+    };
+    let name = id.to_string();
+    let work = move || versions::point(&install_dir, &name, target);
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(())) => Ok(target),
+        Ok(Err(err)) => Err(SkillsError::Install(InstallError::Io(format!("cannot roll '{id}' back: {err}")))),
+        Err(err) => Err(SkillsError::Install(InstallError::Io(format!("cannot roll '{id}' back: {err}")))),
     }
 }
 
@@ -203,12 +346,15 @@ fn start_watcher(
     let mut debouncer = notify_debouncer_mini::new_debouncer(
         WATCH_DEBOUNCE,
         move |result: notify_debouncer_mini::DebounceEventResult| {
-            // The staging folders of uploads come and go; the install itself
-            // rescans when it is done.
+            // The staging folders of uploads, new links and versions come and
+            // go; the install itself rescans when it is done.
+            let ours = |name: &str| {
+                name.starts_with(".upload-") || name.starts_with(".link-") || name == versions::VERSIONS_DIR
+            };
             let relevant = match &result {
-                Ok(events) => events
-                    .iter()
-                    .any(|e| !e.path.components().any(|c| c.as_os_str().to_string_lossy().starts_with(".upload-"))),
+                Ok(events) => {
+                    events.iter().any(|e| !e.path.components().any(|c| ours(&c.as_os_str().to_string_lossy())))
+                }
                 Err(_) => true,
             };
             if relevant {

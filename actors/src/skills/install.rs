@@ -121,15 +121,38 @@ pub fn looks_like_bomb(written: u64, compressed: u64, max_ratio: u64) -> bool {
     written >= RATIO_CHECK_MIN_BYTES && written > compressed.max(1).saturating_mul(max_ratio)
 }
 
-/// Installs the skill in `archive` into `install_dir` and returns its name.
-/// `current` is the registry as it is now, for conflicts.
+/// A skill that went in: its name, its new version, and the folders of the
+/// versions that left its history (removed once no turn reads them).
+#[derive(Debug)]
+pub struct Installed {
+    pub name: String,
+    pub version: u32,
+    pub retired: Vec<PathBuf>,
+}
+
+/// `sha256:<hex>` of everything `reader` holds, from its start.
+fn digest_of<R: Read + Seek>(reader: &mut R) -> Result<String, InstallError> {
+    use sha2::Digest;
+    let io = |err: std::io::Error| InstallError::Io(format!("cannot read the upload: {err}"));
+    reader.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(reader, &mut hasher).map_err(io)?;
+    reader.seek(SeekFrom::Start(0)).map_err(io)?;
+    Ok(format!("sha256:{:x}", hasher.finalize()))
+}
+
+/// Installs the skill in `archive` into `install_dir` as its newest
+/// version, keeping `keep` previous ones (see `versions`). `current` is the
+/// registry as it is now, for conflicts.
 pub fn install_archive<R: Read + Seek>(
     mut archive: R,
     install_dir: &Path,
     overwrite: bool,
     current: &Snapshot,
     limits: ZipLimits,
-) -> Result<String, InstallError> {
+    keep: usize,
+) -> Result<Installed, InstallError> {
+    let digest = digest_of(&mut archive)?;
     // The ZIP reader keys entries by name, so a repeated name would silently
     // hide all but one copy; the central directory's own count tells.
     let listed = listed_entries(&mut archive);
@@ -203,29 +226,20 @@ pub fn install_archive<R: Read + Seek>(
             )))
         }
         Some(existing) => Some(existing.root.clone()),
-        // A folder of that name that did not load is still in the way.
-        None => target.exists().then(|| target.clone()),
+        // A folder (or link) of that name that did not load is still in the way.
+        None => std::fs::symlink_metadata(&target).is_ok().then(|| target.clone()),
     };
     if existing.is_some() && !overwrite {
         return Err(InstallError::Conflict(format!(
             "a skill named '{name}' is already installed; send overwrite=true to replace it"
         )));
     }
-    // Swap in: the old copy moves aside first and is removed only once the
-    // new one is in place.
-    let aside = staging.path().join("replaced");
-    if let Some(old) = &existing {
-        std::fs::rename(old, &aside)
-            .map_err(|err| InstallError::Io(format!("cannot move the old '{name}' aside: {err}")))?;
-    }
-    if let Err(err) = std::fs::rename(&skill_root, &target) {
-        if let Some(old) = &existing {
-            let _ = std::fs::rename(&aside, old);
-        }
-        return Err(InstallError::Io(format!("cannot move '{name}' into place: {err}")));
-    }
-    // `staging` (with the replaced copy) is removed when it drops.
-    Ok(name)
+    // The new version goes in beside the old ones and the live link swaps
+    // in one step; the previous version stays in the history.
+    let (version, retired) = super::versions::place(install_dir, &name, &skill_root, digest, skill.bytes, keep)
+        .map_err(|err| InstallError::Io(format!("cannot put '{name}' in place: {err}")))?;
+    // `staging` is removed when it drops.
+    Ok(Installed { name, version, retired })
 }
 
 /// Decides the archive's shape: a bare `SKILL.md` at the root, or one folder

@@ -10,6 +10,7 @@ pub mod prompt;
 pub mod registry;
 pub mod roots;
 pub mod skill;
+pub mod versions;
 
 pub use actor::{SkillsConfig, SkillsError};
 pub use manifest::Manifest;

@@ -15,8 +15,10 @@ pub const MAX_REGISTRY_SKILLS: usize = 512;
 /// How many levels below a root a SKILL.md is looked for:
 /// `root/SKILL.md`, `root/<skill>/SKILL.md` and `root/skills/<skill>/SKILL.md`.
 pub const MAX_SCAN_DEPTH: usize = 3;
-/// Folder names never scanned or indexed.
-const SKIPPED: [&str; 3] = [".git", "node_modules", "__pycache__"];
+/// Folder names never scanned or indexed: tool folders, and the install
+/// folder's own (staged uploads, every version, links not yet in place),
+/// which would otherwise load as second copies of a skill.
+const SKIPPED: [&str; 6] = [".git", "node_modules", "__pycache__", ".upload-*", ".versions", ".link-*"];
 
 /// A directory to scan and the origin of what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -93,6 +93,20 @@ pub fn classify(path: &str) -> FileKind {
     }
 }
 
+/// The bytes of every file under `dir`, links not followed (a folder being
+/// adopted into versions, whose skill may not load).
+pub fn folder_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.file_type() {
+            Ok(t) if t.is_dir() => folder_bytes(&entry.path()),
+            Ok(t) if t.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Whether bytes look like text: valid UTF-8 (a character cut at the end is
 /// fine) and no NUL.
 fn looks_like_text(bytes: &[u8]) -> bool {
