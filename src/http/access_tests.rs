@@ -153,6 +153,9 @@ fn routes() -> Vec<(&'static str, &'static str, Body, Need)> {
         ("POST", "/api/skills/rescan", None, Need::Admin),
         ("POST", "/api/skills", Some(("multipart", Vec::new())), Need::Admin),
         ("DELETE", "/api/skills/gate-check", None, Need::Admin),
+        // Past the gate, a skill the server lacks: 404.
+        ("GET", "/api/skills/nope/versions", None, Need::User),
+        ("POST", "/api/skills/nope/rollback", json(br#"{}"#), Need::Admin),
         ("GET", "/no/such/route", None, Need::User),
     ]
 }

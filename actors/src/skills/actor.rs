@@ -152,6 +152,11 @@ impl SkillsState {
                 if let Err(err) = std::fs::remove_dir_all(&folder) {
                     tracing::warn!(folder = %folder.display(), error = %err, "a retired skill version was not removed");
                 }
+                // The skill's own folder of versions goes with its last one
+                // (`remove_dir` leaves a folder that still holds any).
+                if let Some(versions) = folder.parent() {
+                    let _ = std::fs::remove_dir(versions);
+                }
             }
         };
         let _ = tokio::task::spawn_blocking(work).await;
