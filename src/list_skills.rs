@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use skillhost_actors::skills::registry::scan;
+use skillhost_actors::skills::registry::scan_under;
 use skillhost_actors::skills::{Origin, SkillsConfig, Snapshot};
 
 fn origin_name(origin: Origin) -> &'static str {
@@ -17,7 +17,7 @@ pub fn render(config: Option<&SkillsConfig>) -> String {
     let Some(config) = config else {
         return "Skills are off (--no-skills).\n".to_string();
     };
-    let snapshot = scan(&config.roots);
+    let snapshot = scan_under(&config.roots, config.policy.roots);
     render_snapshot(config, &snapshot)
 }
 
@@ -45,6 +45,17 @@ fn render_snapshot(config: &SkillsConfig, snapshot: &Snapshot) -> String {
         }
         for warning in &skill.warnings {
             let _ = writeln!(out, "      warning: {warning}");
+        }
+        for finding in &skill.findings {
+            let excerpt = finding.excerpt.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "      {} {} at {} ({}){excerpt}",
+                finding.severity.as_str(),
+                finding.rule,
+                finding.place(),
+                finding.message
+            );
         }
     }
     if !snapshot.errors.is_empty() {

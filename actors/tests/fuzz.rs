@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use skillhost_actors::path_guard::{check_lexical, open_file};
-use skillhost_actors::skills::install::{install_archive, ZipLimits};
+use skillhost_actors::skills::install::{install_archive, InstallOptions};
 use skillhost_actors::skills::Snapshot;
 
 /// A skill with links in and out, next to a secret.
@@ -64,7 +64,7 @@ proptest! {
     #[test]
     fn random_bytes_never_install_or_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         let dir = tempfile::tempdir().unwrap();
-        let result = install_archive(std::io::Cursor::new(&bytes), dir.path(), true, &Snapshot::default(), ZipLimits::default(), 5);
+        let result = install_archive(std::io::Cursor::new(&bytes), dir.path(), &Snapshot::default(), overwrite());
         prop_assert!(result.is_err());
         prop_assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
@@ -79,7 +79,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let install = dir.path().join("installed");
         std::fs::create_dir_all(&install).unwrap();
-        if install_archive(std::io::Cursor::new(&archive), &install, true, &Snapshot::default(), ZipLimits::default(), 5).is_ok() {
+        if install_archive(std::io::Cursor::new(&archive), &install, &Snapshot::default(), overwrite()).is_ok() {
             prop_assert!(everything_under(dir.path()).iter().all(|p| p.starts_with(&install)));
         } else {
             prop_assert_eq!(std::fs::read_dir(&install).unwrap().count(), 0);
@@ -112,4 +112,8 @@ fn everything_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out.into_iter().filter(|p| p != &dir.join("installed")).collect()
+}
+
+fn overwrite() -> InstallOptions {
+    InstallOptions { overwrite: true, ..InstallOptions::default() }
 }

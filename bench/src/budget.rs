@@ -134,6 +134,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
             poll: None,
             selected: Vec::new(),
             keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
+            policy: Default::default(),
         }),
         loop_settings: LoopSettings { multi_agent: MultiAgent::Off, max_rounds: 16, ..LoopSettings::default() },
         exec: None,

@@ -21,6 +21,7 @@ use skillhost_actors::chat_loop::{
     LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
 use skillhost_actors::skills::roots::registry_roots;
+use skillhost_actors::skills::scan::{Policies, Policy};
 use skillhost_actors::skills::{versions, SkillsConfig};
 use skillhost_actors::store::{Retention, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, MIN_MAX_BYTES};
 use skillhost_actors::workspace::uids::{UidRange, DEFAULT_UID_RANGE};
@@ -157,6 +158,17 @@ pub struct SkillArgs {
     /// Previous versions each installed skill keeps, for GET /api/skills/{id}/versions and rollback (0 to 100) [default: 5]
     #[arg(long = "skills-keep-versions", env = "SKILLHOST_SKILLS_KEEP_VERSIONS", help_heading = SKILLS)]
     pub skills_keep_versions: Option<usize>,
+    /// What the static scan's findings stop: warn loads a skill and shows its findings; strict refuses one with a finding at high or above [default: warn for the --skills-dir roots, strict for uploads]
+    #[arg(long = "skills-install-policy", env = "SKILLHOST_SKILLS_INSTALL_POLICY", value_enum, help_heading = SKILLS)]
+    pub skills_install_policy: Option<InstallPolicy>,
+}
+
+/// `--skills-install-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallPolicy {
+    Warn,
+    Strict,
 }
 
 /// Flags of `skillhost chat`: every flag of `serve`, and the conversation's.
@@ -803,6 +815,11 @@ impl SkillArgs {
             poll,
             selected: Vec::new(),
             keep_versions,
+            policy: match self.skills_install_policy {
+                None => Policies::default(),
+                Some(InstallPolicy::Warn) => Policies::all(Policy::Warn),
+                Some(InstallPolicy::Strict) => Policies::all(Policy::Strict),
+            },
         }))
     }
 }
@@ -2008,6 +2025,15 @@ skills-watch: true
             "--skills-keep-versions must be between 0 and 100, got 101"
         );
         assert_eq!(keep(0).unwrap().skills.map(|s| s.keep_versions), Some(0));
+        // The install policy: per source by default, one for all when named.
+        let policy = |extra: &[&str]| {
+            let args = [&["--upstream", "http://a"], extra].concat();
+            from_args(&args).unwrap().skills.map(|s| s.policy)
+        };
+        assert_eq!(policy(&[]), Some(Policies { roots: Policy::Warn, installs: Policy::Strict }));
+        assert_eq!(policy(&["--skills-install-policy", "warn"]), Some(Policies::all(Policy::Warn)));
+        assert_eq!(policy(&["--skills-install-policy", "strict"]), Some(Policies::all(Policy::Strict)));
+        assert!(refused(&["--upstream", "http://a", "--skills-install-policy", "lenient"]).contains("lenient"));
         let bad_file = write(dir.path(), "bad.yaml", "upstreams:\n  - mode: chat\n");
         assert_eq!(refused(&["--config", &bad_file.to_string_lossy()]).contains("every entry needs a url"), true);
     }

@@ -11,7 +11,7 @@ use skillhost_actors::skills::{Origin, Root};
 
 use crate::config::AccessConfig;
 use crate::http::access::Admission;
-use crate::http::test_server::{scenario_skills_root, skills_config, TestServer};
+use crate::http::test_server::{multipart_body, scenario_skills_root, skills_config, TestServer};
 use crate::http::{configure, AppState};
 
 const USER_KEY: &str = "sk-user-1";
@@ -54,17 +54,6 @@ fn archive() -> Vec<u8> {
     zip.start_file("gate-check/SKILL.md", options).unwrap();
     zip.write_all(b"---\nname: gate-check\ndescription: A skill the access tests upload.\n---\nBody.\n").unwrap();
     zip.finish().unwrap().into_inner()
-}
-
-fn multipart(archive: &[u8]) -> (String, Vec<u8>) {
-    let boundary = "gateboundary";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.zip\"\r\nContent-Type: application/zip\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(archive);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -170,15 +159,15 @@ async fn send(
     let mut request = test::TestRequest::default().method(method.parse().unwrap()).uri(uri);
     match body {
         Some(("multipart", _)) => {
-            let (content_type, payload) = multipart(&archive());
+            let (content_type, payload) = multipart_body(&archive());
             request = request.insert_header(("content-type", content_type)).set_payload(payload);
         }
         Some(("file-upload", _)) => {
-            let (content_type, mut payload) = multipart(b"notes");
+            let (content_type, mut payload) = multipart_body(b"notes");
             // The form's last boundary, then its purpose.
             payload.truncate(payload.len() - "--\r\n".len());
             payload.extend_from_slice(
-                b"\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n--gateboundary--\r\n",
+                b"\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n--skillhostuploadboundary--\r\n",
             );
             request = request.insert_header(("content-type", content_type)).set_payload(payload);
         }

@@ -45,6 +45,11 @@ pub enum ApiError {
     /// Every admission place is taken (503 with `Retry-After`).
     #[error("{0}")]
     Overloaded(String),
+    /// The request is well formed but what it carries is refused on its
+    /// content: a skill the scan found unsafe under the strict install
+    /// policy (422). `details` rides in the body beside the message.
+    #[error("{message}")]
+    Refused { message: String, code: &'static str, details: serde_json::Value },
     /// Something failed on our side (500).
     #[error("{0}")]
     Internal(String),
@@ -89,7 +94,8 @@ impl ApiError {
             | ApiError::Conflict(_)
             | ApiError::PayloadTooLarge(_)
             | ApiError::Unauthorized(_)
-            | ApiError::UnsupportedMediaType(_) => "invalid_request_error",
+            | ApiError::UnsupportedMediaType(_)
+            | ApiError::Refused { .. } => "invalid_request_error",
         }
     }
 
@@ -108,6 +114,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => Some("invalid_api_key"),
             ApiError::UnsupportedMediaType(_) => Some("unsupported_media_type"),
             ApiError::Overloaded(_) => Some("overloaded"),
+            ApiError::Refused { code, .. } => Some(code),
             ApiError::Internal(_) => None,
         }
     }
@@ -123,6 +130,7 @@ impl ApiError {
             ApiError::Unavailable(_) | ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Refused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -141,18 +149,35 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Overloaded(_) => "overloaded",
+            ApiError::Refused { .. } => "refused",
             ApiError::Internal(_) => "internal",
         }
     }
 
     /// The JSON body in the given style.
     pub fn body(&self, style: ErrorStyle) -> serde_json::Value {
+        let mut body = self.bare_body(style);
+        if let ApiError::Refused { details: serde_json::Value::Object(details), .. } = self {
+            // Beside the message in each style: where a client reads the
+            // error's fields.
+            let target = match style {
+                ErrorStyle::Plain => Some(&mut body),
+                ErrorStyle::OpenAi | ErrorStyle::Anthropic => body.get_mut("error"),
+            };
+            if let Some(serde_json::Value::Object(target)) = target {
+                target.extend(details.clone());
+            }
+        }
+        body
+    }
+
+    fn bare_body(&self, style: ErrorStyle) -> serde_json::Value {
         match style {
             ErrorStyle::Plain => json!({"error": self.to_string()}),
             ErrorStyle::Anthropic => {
                 // Anthropic's error types, by status.
                 let kind = match self.status().as_u16() {
-                    400 | 405 | 415 => "invalid_request_error",
+                    400 | 405 | 415 | 422 => "invalid_request_error",
                     401 => "authentication_error",
                     403 => "permission_error",
                     404 => "not_found_error",
@@ -177,6 +202,7 @@ impl ApiError {
                     | ApiError::Unauthorized(_)
                     | ApiError::UnsupportedMediaType(_)
                     | ApiError::Overloaded(_)
+                    | ApiError::Refused { .. }
                     | ApiError::Internal(_) => None,
                 };
                 json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
@@ -210,6 +236,11 @@ impl From<SkillsError> for ApiError {
             SkillsError::Install(InstallError::Rejected(message)) => ApiError::bad_request(message),
             SkillsError::Install(InstallError::Conflict(message)) => ApiError::Conflict(message),
             SkillsError::Install(InstallError::Io(message)) => ApiError::Internal(message),
+            SkillsError::Install(InstallError::Unsafe { message, findings }) => ApiError::Refused {
+                message,
+                code: "skill_refused",
+                details: serde_json::json!({"findings": crate::http::skills::findings_json(&findings)}),
+            },
             SkillsError::Conflict(message) => ApiError::Conflict(message),
             SkillsError::Unavailable(message) => ApiError::Unavailable(message),
         }

@@ -373,6 +373,8 @@ mod models_tests;
 #[cfg(test)]
 mod responses_tests;
 #[cfg(test)]
+mod scan_tests;
+#[cfg(test)]
 mod versions_tests;
 #[cfg(test)]
 mod webui_turns_tests;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use skillhost_actors::path_guard;
 use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
 use skillhost_actors::skills::outcomes::{Counts, Outcome};
-use skillhost_actors::skills::{Changes, FileKind, Origin, Skill, Snapshot};
+use skillhost_actors::skills::{Changes, FileKind, Finding, Origin, Severity, Skill, Snapshot};
 use skillhost_actors::SkillsHandle;
 use tokio::io::AsyncWriteExt;
 
@@ -74,12 +74,33 @@ pub fn skill_json(skill: &Skill, with_instructions: bool) -> Value {
         "bytes": skill.bytes,
         "origin": origin_name(skill.origin),
         "warnings": skill.warnings,
+        "findings": findings_json(&skill.findings),
+        "risk": skill.risk().map(Severity::as_str),
         "modified": DateTime::<Utc>::from(skill.modified).to_rfc3339_opts(SecondsFormat::Secs, true),
     });
     if with_instructions {
         object["instructions"] = json!(manifest.body);
     }
     object
+}
+
+/// The scan's findings, as every route shows them.
+pub fn findings_json(findings: &[Finding]) -> Value {
+    Value::Array(
+        findings
+            .iter()
+            .map(|f| {
+                json!({
+                    "rule": f.rule,
+                    "severity": f.severity.as_str(),
+                    "file": f.file,
+                    "line": f.line,
+                    "message": f.message,
+                    "excerpt": f.excerpt,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// A skill's outcomes by surface, and their totals: how often it was

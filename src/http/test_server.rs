@@ -81,7 +81,39 @@ pub(crate) fn scenario_skills_root() -> PathBuf {
 
 /// Skills from the given roots, none selected, no watching.
 pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, selected: Vec<String>) -> SkillsConfig {
-    SkillsConfig { roots, install_dir, watch: false, poll: None, selected, keep_versions: DEFAULT_KEEP_VERSIONS }
+    SkillsConfig {
+        roots,
+        install_dir,
+        watch: false,
+        poll: None,
+        selected,
+        keep_versions: DEFAULT_KEEP_VERSIONS,
+        policy: Default::default(),
+    }
+}
+
+/// A multipart body holding `archive` in the field `file`, as the Web UI
+/// sends a skill upload, and its content type.
+pub(crate) fn multipart_body(archive: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "skillhostuploadboundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"skill.zip\"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(archive);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// A skill upload of `archive` to `uri` (`/api/skills`, with
+/// `?overwrite=true` to replace).
+pub(crate) fn upload_request(uri: &str, archive: &[u8]) -> actix_http::Request {
+    let (content_type, body) = multipart_body(archive);
+    actix_web::test::TestRequest::post()
+        .uri(uri)
+        .insert_header(("content-type", content_type))
+        .set_payload(body)
+        .to_request()
 }
 
 enum Model {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use skillhost_actors::model::scripted::{Gate, ScriptedOutput};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 
-use crate::http::test_server::{skills_config, TestServer};
+use crate::http::test_server::{skills_config, upload_request, TestServer};
 use crate::http::{configure, AppState};
 
 /// An archive of the skill `demo` whose notes say `notes`.
@@ -32,18 +32,7 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 fn upload(archive: &[u8]) -> actix_http::Request {
-    let boundary = "versionsboundary";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"demo.zip\"\r\nContent-Type: application/zip\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(archive);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    test::TestRequest::post()
-        .uri("/api/skills?overwrite=true")
-        .insert_header(("content-type", format!("multipart/form-data; boundary={boundary}")))
-        .set_payload(body)
-        .to_request()
+    upload_request("/api/skills?overwrite=true", archive)
 }
 
 fn skills(install: &Path, discovered: &Path, keep_versions: usize) -> SkillsConfig {

@@ -116,8 +116,11 @@ async function request(url, options) {
   }
   if (response.status === 401) showSignIn('This server needs a key. Sign in to continue.');
   if (!response.ok) {
+    // The body may carry more than the sentence (a refused skill's findings).
+    const details = await response.clone().json().catch(() => null);
     const error = new Error(await errorFrom(response));
     error.status = response.status;
+    error.details = details;
     throw error;
   }
   return response;
@@ -1195,6 +1198,11 @@ function skillRow(skill) {
     remove.dataset.delete = skill.id;
     head.append(remove);
   }
+  if (skill.risk) {
+    const risk = el('span', `risk severity-${skill.risk}`, `risk: ${skill.risk}`);
+    risk.title = 'The most severe finding of the scan';
+    head.insertBefore(risk, head.querySelector('.danger'));
+  }
   row.append(head, el('p', 'description', skill.description ?? ''));
   const marks = [];
   if (skill.explicit_only) marks.push('explicit use only: offered to the model only when selected');
@@ -1210,7 +1218,38 @@ function skillRow(skill) {
     for (const warning of warnings) list.append(el('li', '', sentence(warning)));
     row.append(list);
   }
+  const findings = skill.findings ?? [];
+  if (findings.length) {
+    // Folded unless one is serious enough that the strict policy would refuse it.
+    const box = el('details', 'findings-box');
+    box.open = SEVERITIES.indexOf(skill.risk) >= SEVERITIES.indexOf('high');
+    box.append(el('summary', '', `${findings.length} ${findings.length === 1 ? 'finding' : 'findings'} of the scan`));
+    box.append(findingsList(findings));
+    row.append(box);
+  }
   return row;
+}
+
+const SEVERITIES = ['info', 'low', 'medium', 'high', 'critical'];
+
+// The scan's findings: severity, rule, where, why, and the matched text
+// (the server spells invisible characters out).
+function findingsList(findings) {
+  const list = el('ul', 'findings');
+  for (const finding of findings) {
+    const item = el('li');
+    item.dataset.rule = finding.rule;
+    const place = finding.line ? `${finding.file}:${finding.line}` : finding.file;
+    item.append(
+      el('span', `severity severity-${finding.severity}`, finding.severity),
+      el('code', 'rule', finding.rule),
+      el('span', 'place', place),
+      el('span', 'finding-message', finding.message),
+    );
+    if (finding.excerpt) item.append(el('code', 'excerpt', finding.excerpt));
+    list.append(item);
+  }
+  return list;
 }
 
 // How the skill has fared since the server started: how often it was
@@ -1233,7 +1272,8 @@ function outcomesLine(outcomes) {
   return line;
 }
 
-function openSkill(id) {
+// `said` is a sentence for the versions' status once they are listed.
+function openSkill(id, said = '') {
   const skill = operator.skills.get(id);
   if (!skill) return;
   const detail = $('skill-detail');
@@ -1265,7 +1305,63 @@ function openSkill(id) {
     list.append(item);
   }
   showFile(id, 'SKILL.md');
+  const versions = $('skill-versions');
+  versions.hidden = skill.origin !== 'installed';
+  if (skill.origin === 'installed') loadVersions(id, said);
   detail.scrollIntoView({ block: 'nearest' });
+}
+
+// An installed skill's versions, newest first; an admin may make an
+// earlier one live again.
+async function loadVersions(id, said) {
+  const list = $('version-list');
+  const status = $('versions-status');
+  list.replaceChildren();
+  setStatus(status, 'Loading the versions…');
+  try {
+    const history = await fetchJson(`/api/skills/${encodeURIComponent(id)}/versions`);
+    if ($('skill-detail').dataset.skill !== id) return;
+    for (const version of history.versions ?? []) {
+      const item = el('li', version.current ? 'version current' : 'version');
+      item.dataset.version = version.version;
+      item.append(el('span', 'version-number', `version ${version.version}`));
+      if (version.current) item.append(el('span', 'origin installed', 'live'));
+      const digest = el('code', 'digest', (version.digest ?? '').replace(/^sha256:/, '').slice(0, 12));
+      digest.title = version.digest ?? '';
+      item.append(digest, el('span', 'file-about', `${formatDate(version.installed_at)} · ${formatBytes(version.bytes)}`));
+      if (!version.current) {
+        const back = el('button', 'secondary small admin-only', `Roll back to version ${version.version}`);
+        back.type = 'button';
+        back.dataset.rollback = version.version;
+        item.append(back);
+      }
+      list.append(item);
+    }
+    setStatus(status, said, said ? 'ok' : undefined);
+  } catch (error) {
+    setStatus(status, error.message, 'error');
+  }
+}
+
+function formatDate(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? String(iso ?? '') : date.toLocaleString();
+}
+
+async function rollbackSkill(id, version) {
+  const status = $('versions-status');
+  setStatus(status, `Rolling ${id} back to version ${version}…`);
+  try {
+    await fetchJson(`/api/skills/${encodeURIComponent(id)}/rollback`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ version: Number(version) }),
+    });
+    await loadSkills();
+    openSkill(id, `Version ${version} of ${id} is live.`);
+  } catch (error) {
+    setStatus(status, error.message, 'error');
+  }
 }
 
 function closeSkill() {
@@ -1307,14 +1403,18 @@ async function uploadSkill(event) {
   form.append('file', file, file.name);
   if ($('upload-overwrite').checked) form.append('overwrite', 'true');
   $('upload-button').disabled = true;
+  $('upload-findings').replaceChildren();
   setStatus(status, `Uploading ${file.name}…`);
   try {
     const skill = await fetchJson('/api/skills', { method: 'POST', body: form });
-    setStatus(status, `Installed ${skill.id}.`, 'ok');
+    const found = (skill.findings ?? []).length;
+    setStatus(status, found ? `Installed ${skill.id}, with ${found} ${found === 1 ? 'finding' : 'findings'} of the scan.` : `Installed ${skill.id}.`, 'ok');
     $('upload-file').value = '';
     await loadSkills();
   } catch (error) {
     setStatus(status, error.message, 'error');
+    const findings = error.details?.findings ?? [];
+    if (findings.length) $('upload-findings').replaceChildren(findingsList(findings));
   } finally {
     $('upload-button').disabled = false;
   }
@@ -1399,6 +1499,11 @@ function start() {
     if (target && id) showFile(id, target.dataset.file);
   });
   $('skill-detail-close').addEventListener('click', closeSkill);
+  $('version-list').addEventListener('click', (event) => {
+    const target = event.target.closest('button');
+    const id = $('skill-detail').dataset.skill;
+    if (target?.dataset.rollback && id) rollbackSkill(id, target.dataset.rollback);
+  });
 
   $('sign-in').addEventListener('submit', signIn);
   $('sign-out').addEventListener('click', signOut);

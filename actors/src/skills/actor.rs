@@ -13,8 +13,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::watch;
 
-use super::install::{install_archive, InstallError, ZipLimits};
-use super::registry::{changes, scan, Changes, Root, Snapshot};
+use super::install::{install_archive, InstallError, InstallOptions, ZipLimits};
+use super::registry::{changes, scan_under, Changes, Root, Snapshot};
+use super::scan::Policies;
 use super::skill::{Origin, Skill};
 use super::versions;
 
@@ -37,6 +38,8 @@ pub struct SkillsConfig {
     pub selected: Vec<String>,
     /// Previous versions an installed skill keeps (`--skills-keep-versions`).
     pub keep_versions: usize,
+    /// What the scan's findings stop, by source (`--skills-install-policy`).
+    pub policy: Policies,
 }
 
 /// Why a registry change failed.
@@ -100,7 +103,8 @@ impl SkillsState {
     /// Scans on a blocking thread, publishes, and reports what changed.
     async fn rescan(&mut self) -> Changes {
         let roots = self.config.roots.clone();
-        let mut after = match tokio::task::spawn_blocking(move || scan(&roots)).await {
+        let policy = self.config.policy.roots;
+        let mut after = match tokio::task::spawn_blocking(move || scan_under(&roots, policy)).await {
             Ok(snapshot) => snapshot,
             Err(err) => {
                 tracing::error!(error = %err, "the skills scan failed");
@@ -270,8 +274,13 @@ async fn install(
         return Err(SkillsError::Forbidden("this server has no skills install folder, so uploads are off".into()));
     };
     let current = state.snapshot.borrow().clone();
-    let keep = state.config.keep_versions;
-    let work = move || install_archive(archive, &install_dir, overwrite, &current, ZipLimits::default(), keep);
+    let options = InstallOptions {
+        overwrite,
+        limits: ZipLimits::default(),
+        keep: state.config.keep_versions,
+        policy: state.config.policy.installs,
+    };
+    let work = move || install_archive(archive, &install_dir, &current, options);
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => Ok(result?),
         Err(err) => Err(SkillsError::Install(InstallError::Io(format!("the install failed: {err}")))),

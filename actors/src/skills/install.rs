@@ -15,6 +15,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::registry::{skip_set, Snapshot};
+use super::scan::Finding;
+use super::scan::{archive_mode_findings, summarize, Policy, Rules};
 use super::skill::{load_skill, Origin};
 use crate::path_guard;
 
@@ -64,6 +66,10 @@ pub enum InstallError {
     /// The install directory could not be written (HTTP 500).
     #[error("{0}")]
     Io(String),
+    /// The scan found what the install policy refuses (HTTP 422); the
+    /// findings travel with the refusal so the uploader sees each one.
+    #[error("{message}")]
+    Unsafe { message: String, findings: Vec<Finding> },
 }
 
 fn rejected(message: impl Into<String>) -> InstallError {
@@ -141,17 +147,40 @@ fn digest_of<R: Read + Seek>(reader: &mut R) -> Result<String, InstallError> {
     Ok(format!("sha256:{:x}", hasher.finalize()))
 }
 
+/// How one install goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstallOptions {
+    /// Replace a skill of the same name (its old version stays in the history).
+    pub overwrite: bool,
+    pub limits: ZipLimits,
+    /// Previous versions kept (`--skills-keep-versions`).
+    pub keep: usize,
+    /// What the scan's findings may stop.
+    pub policy: Policy,
+}
+
+impl Default for InstallOptions {
+    fn default() -> Self {
+        InstallOptions {
+            overwrite: false,
+            limits: ZipLimits::default(),
+            keep: super::versions::DEFAULT_KEEP_VERSIONS,
+            policy: Policy::Strict,
+        }
+    }
+}
+
 /// Installs the skill in `archive` into `install_dir` as its newest
-/// version, keeping `keep` previous ones (see `versions`). `current` is the
-/// registry as it is now, for conflicts.
+/// version (see `versions`). `current` is the registry as it is now, for
+/// conflicts. The skill is scanned in its staging folder, so one the policy
+/// refuses never reaches the install folder.
 pub fn install_archive<R: Read + Seek>(
     mut archive: R,
     install_dir: &Path,
-    overwrite: bool,
     current: &Snapshot,
-    limits: ZipLimits,
-    keep: usize,
+    options: InstallOptions,
 ) -> Result<Installed, InstallError> {
+    let InstallOptions { overwrite, limits, keep, policy } = options;
     let digest = digest_of(&mut archive)?;
     // The ZIP reader keys entries by name, so a repeated name would silently
     // hide all but one copy; the central directory's own count tells.
@@ -176,6 +205,7 @@ pub fn install_archive<R: Read + Seek>(
     }
     let mut names = HashSet::new();
     let mut files: Vec<(usize, String, Option<u32>)> = Vec::new();
+
     for index in 0..zip.len() {
         let entry = zip.by_index_raw(index).map_err(|err| rejected(format!("entry {index} cannot be read: {err}")))?;
         let raw = entry.name_raw().to_vec();
@@ -217,6 +247,19 @@ pub fn install_archive<R: Read + Seek>(
     let skill = load_skill(&skill_root, Origin::Installed, &skip_set())
         .map_err(|err| rejected(format!("the archive's skill does not load: {err}")))?;
     let name = skill.id().to_string();
+    let mut findings = skill.findings.clone();
+    // Modes as the archive declares them: extraction drops setuid, so the
+    // scan of the extracted folder cannot see that one was asked for.
+    let declared: Vec<(String, u32)> =
+        planned.iter().filter_map(|file| file.mode.map(|mode| (file.relative.clone(), mode))).collect();
+    findings.extend(archive_mode_findings(&declared, Rules::built_in()));
+    let refusals = policy.refusals(&findings);
+    if !refusals.is_empty() {
+        return Err(InstallError::Unsafe {
+            message: format!("the skill '{name}' is refused by the strict install policy: {}", summarize(&refusals)),
+            findings,
+        });
+    }
     let target = install_dir.join(&name);
     let existing = match current.get(&name) {
         Some(existing) if existing.origin == Origin::Discovered => {

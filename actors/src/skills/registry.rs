@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use super::scan::{summarize, Policy};
 use super::skill::{load_skill, Origin, Skill};
 
 /// Most skills one registry holds, so that a root pointed at the wrong
@@ -88,8 +89,15 @@ pub fn skip_set() -> GlobSet {
     builder.build().unwrap_or_else(|_| GlobSet::empty())
 }
 
-/// Scans every root, in order, into a snapshot.
+/// Scans every root, in order, into a snapshot, loading every skill whatever
+/// its findings.
 pub fn scan(roots: &[Root]) -> Snapshot {
+    scan_under(roots, Policy::Warn)
+}
+
+/// Scans every root, in order, into a snapshot; `policy` judges the skills
+/// of the operator's roots. Installed skills were judged when they went in.
+pub fn scan_under(roots: &[Root], policy: Policy) -> Snapshot {
     let skip = skip_set();
     let mut errors = Vec::new();
     let mut seen_dirs = HashSet::new();
@@ -110,6 +118,17 @@ pub fn scan(roots: &[Root]) -> Snapshot {
                 continue;
             }
             match load_skill(&dir, root.origin, &skip) {
+                Ok(skill) if root.origin == Origin::Discovered && !policy.refusals(&skill.findings).is_empty() => {
+                    let refusals = policy.refusals(&skill.findings);
+                    errors.push(LoadError {
+                        path: dir,
+                        message: format!(
+                            "the skill '{}' is not loaded under the strict install policy: {}",
+                            skill.id(),
+                            summarize(&refusals)
+                        ),
+                    });
+                }
                 Ok(skill) => loaded.push(skill),
                 Err(err) => errors.push(LoadError { path: dir, message: err.to_string() }),
             }

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use globset::GlobSet;
 
 use super::manifest::{parse_manifest, Manifest, ManifestError};
+use super::scan::{scan_skill, FileToScan, Finding, Rules, Severity};
 use crate::path_guard;
 
 /// Largest SKILL.md that is parsed.
@@ -61,6 +62,15 @@ pub struct Skill {
     pub modified: SystemTime,
     /// Manifest warnings plus any about the directory.
     pub warnings: Vec<String>,
+    /// What the static scan found (`scan`).
+    pub findings: Vec<Finding>,
+}
+
+impl Skill {
+    /// The most severe finding's severity, if any.
+    pub fn risk(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
 }
 
 impl Skill {
@@ -170,6 +180,8 @@ pub fn load_skill(dir: &Path, origin: Origin, skip: &GlobSet) -> Result<Skill, S
     list_files(&root, &root, skip, &mut listing)?;
     warnings.append(&mut listing.warnings);
     listing.files.sort_by(|a, b| a.path.cmp(&b.path));
+    let to_scan: Vec<FileToScan<'_>> = listing.files.iter().map(FileToScan::from).collect();
+    let findings = scan_skill(&root, &text, &to_scan, Rules::built_in());
     Ok(Skill {
         manifest,
         root,
@@ -178,6 +190,7 @@ pub fn load_skill(dir: &Path, origin: Origin, skip: &GlobSet) -> Result<Skill, S
         origin,
         modified: listing.modified,
         warnings,
+        findings,
     })
 }
 
