@@ -42,6 +42,10 @@ pub struct ChatRequest {
     pub attachments: Vec<crate::attachments::Attachment>,
     /// Which of the operator's MCP servers (and tools) the request may use.
     pub mcp: McpSelection,
+    /// Skills the request brought (`skills_inline`), written, loaded and
+    /// scanned at the edge. The turn sees them beside the registry's and
+    /// selected; their folder goes when the last clone of this drops.
+    pub brought: Option<std::sync::Arc<crate::skills::inline::InlineSkills>>,
 }
 
 /// The ways a chat request reaches the loop.

@@ -104,6 +104,9 @@ pub struct SkillsHandle {
     install_dir: Option<std::path::PathBuf>,
     /// Selected for every request that names none (`--skill`).
     pub selected: Vec<String>,
+    /// What the scan's findings stop; a request's own skills are judged as
+    /// uploads are.
+    policy: crate::skills::scan::Policies,
 }
 
 impl SkillsHandle {
@@ -154,6 +157,24 @@ impl SkillsHandle {
             .ok()
             .and_then(|result| result.success_or(()).ok())
             .unwrap_or_else(|| Err(SkillsError::Unavailable("the install did not finish".into())))
+    }
+
+    /// Writes, loads and scans the skills a request brings, in a private
+    /// folder that goes when the returned value drops. A name the registry
+    /// holds is refused: a request may add skills, never replace one.
+    pub async fn bring(
+        &self,
+        specs: Vec<crate::skills::inline::InlineSpec>,
+    ) -> Result<Arc<crate::skills::inline::InlineSkills>, crate::skills::inline::InlineError> {
+        use crate::skills::inline::{materialize, InlineError};
+        let snapshot = self.snapshot();
+        let policy = self.policy.installs;
+        let work = move || {
+            materialize(&specs, &std::env::temp_dir(), policy, &|name| snapshot.get(name).is_some()).map(Arc::new)
+        };
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|err| Err(InlineError::Io(format!("the request's skills were not written: {err}"))))
     }
 
     /// An installed skill's versions, the newest first (read from the
@@ -247,6 +268,7 @@ impl Server {
         let install_dir = config.skills.as_ref().and_then(|s| s.install_dir.clone());
         let installable = install_dir.is_some();
         let selected = config.skills.as_ref().map(|s| s.selected.clone()).unwrap_or_default();
+        let policy = config.skills.as_ref().map(|s| s.policy).unwrap_or_default();
         let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
         let serves_scripts = allows_scripts && config.mcp_serve_scripts;
         let (skills_args, snapshot) = match config.skills {
@@ -289,6 +311,7 @@ impl Server {
             installable,
             install_dir: install_dir.clone(),
             selected,
+            policy,
         });
         // A default selection naming nothing registered is the operator's
         // typo: refused at start-up rather than silently selecting less.

@@ -768,7 +768,20 @@ async fn start_chat(
             backend.info().id
         )));
     }
-    let skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
+    let mut request = request;
+    let mut skills = state.skills.as_ref().map(|(_, snapshot)| snapshot.borrow().clone());
+    if let (Some(brought), Some(registry)) = (request.brought.clone(), skills.as_ref()) {
+        // This turn alone sees the request's own skills, selected, beside
+        // the registry's; the registry itself never holds them.
+        let mut with_brought = registry.skills.clone();
+        for skill in &brought.skills {
+            with_brought.insert(skill.id().to_string(), Arc::clone(skill));
+            request.skills.push(skill.id().to_string());
+        }
+        request.skills.sort();
+        request.skills.dedup();
+        skills = Some(Arc::new(Snapshot { skills: with_brought, errors: registry.errors.clone() }));
+    }
     let args = LoopArgs {
         request,
         backend,

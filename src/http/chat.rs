@@ -7,6 +7,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use rand::distr::{Alphanumeric, SampleString};
 use serde_json::{json, Value};
+use skillhost_actors::skills::inline::{InlineError, InlineSpec};
 use skillhost_actors::{ChatEvent, ChatStream, ModelStatus};
 use skillhost_engine::ToolCall;
 use std::panic::AssertUnwindSafe;
@@ -57,6 +58,35 @@ pub fn check_skills(state: &AppState, request: &mut skillhost_actors::ChatReques
     }
     request.skills.sort();
     request.skills.dedup();
+    Ok(())
+}
+
+/// Writes, loads and scans the skills a request brings (`skills_inline`)
+/// and hands them to its turn, which alone sees them.
+pub async fn bring_skills(
+    state: &AppState,
+    request: &mut skillhost_actors::ChatRequest,
+    specs: Vec<InlineSpec>,
+) -> Result<(), ApiError> {
+    if specs.is_empty() {
+        return Ok(());
+    }
+    let Some(skills) = state.server.skills() else {
+        return Err(ApiError::bad_param(
+            "skills_inline",
+            "this server has skills turned off (--no-skills); remove 'skills_inline' from the request",
+        ));
+    };
+    let brought = skills.bring(specs).await.map_err(|err| match err {
+        InlineError::Rejected(message) => ApiError::bad_param("skills_inline", format!("skills_inline: {message}")),
+        InlineError::Unsafe { message, findings } => ApiError::Refused {
+            message: format!("skills_inline: {message}"),
+            code: "skill_refused",
+            details: serde_json::json!({"findings": crate::http::skills::findings_json(&findings)}),
+        },
+        InlineError::Io(message) => ApiError::Internal(message),
+    })?;
+    request.brought = Some(brought);
     Ok(())
 }
 

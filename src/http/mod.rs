@@ -369,6 +369,8 @@ mod conversations_tests;
 #[cfg(test)]
 mod files_tests;
 #[cfg(test)]
+mod inline_tests;
+#[cfg(test)]
 mod models_tests;
 #[cfg(test)]
 mod responses_tests;

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 use skillhost_actors::request::Surface;
+use skillhost_actors::skills::inline::InlineSpec;
 use skillhost_actors::tools::mcp::McpSelection;
 use skillhost_actors::{ChatFinish, ChatRequest, Usage};
 use skillhost_engine::schema_limits;
@@ -49,6 +50,10 @@ pub struct ChatCompletionRequest {
     /// Skills selected for this request, by name.
     #[serde(default)]
     pub skills: Vec<String>,
+    /// Skills this request brings for itself alone, each a name and its
+    /// files' text by path (`SKILL.md` among them).
+    #[serde(default)]
+    pub skills_inline: Vec<WireInlineSkill>,
     /// Whether unselected skills are advertised (default: the server's setting).
     pub skills_discovery: Option<bool>,
     /// `false` turns delegation to child agents off for this request.
@@ -327,6 +332,9 @@ pub struct ValidatedChat {
     /// The files the messages carry, read and named by
     /// [`crate::http::attachments::attach`] before the turn starts.
     pub attachments: Vec<Pending>,
+    /// The skills the request brings, written and scanned before the turn
+    /// starts ([`crate::http::chat::bring_skills`]).
+    pub inline_skills: Vec<InlineSpec>,
 }
 
 /// How a surface spells the request fields the validator names in its
@@ -367,6 +375,14 @@ impl Spelling {
     fn tool_field(&self, index: usize, field: &str) -> String {
         format!("tools[{index}].{}{field}", self.tool)
     }
+}
+
+/// One entry of `skills_inline`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireInlineSkill {
+    pub name: String,
+    pub files: std::collections::BTreeMap<String, String>,
 }
 
 impl ChatCompletionRequest {
@@ -594,7 +610,13 @@ impl ChatCompletionRequest {
                 surface: spelling.surface,
                 attachments: Vec::new(),
                 mcp: McpSelection { servers: self.mcp_servers, allowed_tools: self.mcp_allowed_tools },
+                brought: None,
             },
+            inline_skills: self
+                .skills_inline
+                .into_iter()
+                .map(|skill| InlineSpec { name: skill.name, files: skill.files })
+                .collect(),
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
             attachments,

@@ -40,6 +40,7 @@ fn origin_name(origin: Origin) -> &'static str {
     match origin {
         Origin::Discovered => "discovered",
         Origin::Installed => "installed",
+        Origin::Request => "request",
     }
 }
 

@@ -53,6 +53,7 @@ pub async fn begin_translated(
     let mut chat_request = validated.request;
     let owner = crate::http::access::Caller::of(request);
     crate::http::attachments::attach(state, &owner, &mut chat_request, validated.attachments).await?;
+    crate::http::chat::bring_skills(state, &mut chat_request, validated.inline_skills).await?;
     let (chat, peer) = start(state, request, chat_request).await?;
     Ok(Begun { chat, peer, info, stream: validated.stream, include_usage: validated.include_usage })
 }

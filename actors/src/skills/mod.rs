@@ -3,6 +3,7 @@
 //! `SkillRegistryActor` that owns the current snapshot.
 
 pub mod actor;
+pub mod inline;
 pub mod install;
 pub mod manifest;
 pub mod outcomes;

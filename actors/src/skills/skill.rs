@@ -26,6 +26,9 @@ pub enum Origin {
     Discovered,
     /// Uploaded at runtime into the install directory; can be deleted.
     Installed,
+    /// Brought by one request (`skills_inline`); never in the registry,
+    /// and gone with the request.
+    Request,
 }
 
 /// What a bundled file is for, by the Agent Skills conventions.
