@@ -26,6 +26,7 @@
 //! - [`artifacts`]: the `ArtifactStoreActor` and its bounded store.
 //! - [`attachments`]: files a user attached: their limits, names, types
 //!   and the prompt's line for each.
+//! - [`surface`]: the ways a chat request reaches the loop.
 //! - [`task`]: `AbortOnDrop`, a task that ends with its owner.
 //! - [`store`]: the state folder's SQLite file: stored responses,
 //!   conversations and files, opened once, refused when damaged, foreign or
@@ -44,6 +45,7 @@ pub mod server;
 pub mod skills;
 pub mod store;
 pub mod supervisor;
+pub mod surface;
 pub mod task;
 pub mod tools;
 pub mod workspace;

@@ -1,6 +1,7 @@
 //! What a chat request is once the HTTP edge has validated it, and what the
 //! loop reports back while it runs.
 
+pub use crate::surface::Surface;
 use skillhost_engine::{ChatMessage, ResponseFormat, SamplingParams, Timings, ToolCall, ToolChoice, ToolDef};
 
 /// A validated chat request.
@@ -46,41 +47,6 @@ pub struct ChatRequest {
     /// scanned at the edge. The turn sees them beside the registry's and
     /// selected; their folder goes when the last clone of this drops.
     pub brought: Option<std::sync::Arc<crate::skills::inline::InlineSkills>>,
-}
-
-/// The ways a chat request reaches the loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Surface {
-    /// `/v1/chat/completions`.
-    #[default]
-    OpenAi,
-    /// `/v1/responses`.
-    Responses,
-    /// `/v1/messages`.
-    Anthropic,
-    /// Ollama's `/api/chat/ollama` and `/ollama/api/chat`.
-    Ollama,
-    /// The Web UI's `/api/chat`.
-    WebUi,
-    /// `skillhost chat`, in process.
-    Cli,
-}
-
-impl Surface {
-    pub const ALL: [Surface; 6] =
-        [Surface::OpenAi, Surface::Responses, Surface::Anthropic, Surface::Ollama, Surface::WebUi, Surface::Cli];
-
-    /// The label `/metrics` and the skills API use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Surface::OpenAi => "openai",
-            Surface::Responses => "responses",
-            Surface::Anthropic => "anthropic",
-            Surface::Ollama => "ollama",
-            Surface::WebUi => "webui",
-            Surface::Cli => "cli",
-        }
-    }
 }
 
 /// Why a request ended without an answer.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::request::Surface;
+use crate::surface::Surface;
 
 /// Skill and surface pairs kept. The registry holds at most 512 skills, but
 /// ids come and go with rescans and uploads over a server's life; past
