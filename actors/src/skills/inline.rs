@@ -90,6 +90,11 @@ pub fn materialize(
         .prefix(".request-skills-")
         .tempdir_in(parent)
         .map_err(|err| InlineError::Io(format!("cannot make a folder for the request's skills: {err}")))?;
+    // Traversable but not listable: a command running as its own uid reaches
+    // the skill's files by the path the turn gives it, while no one lists
+    // the folder to find another request's skills.
+    std::fs::set_permissions(folder.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711))
+        .map_err(|err| InlineError::Io(format!("cannot make a folder for the request's skills: {err}")))?;
     let mut skills = Vec::with_capacity(specs.len());
     let mut names = std::collections::HashSet::new();
     for spec in specs {
@@ -191,6 +196,11 @@ mod tests {
         let skill = &brought.skills[0];
         assert_eq!((skill.id(), skill.origin, skill.files.len()), ("repo-style", Origin::Request, 1));
         assert!(skill.root.starts_with(std::fs::canonicalize(parent.path()).unwrap()));
+        let folder = skill.root.parent().unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(folder).unwrap().permissions()) & 0o777,
+            0o711
+        );
         let root = skill.root.clone();
         drop(brought);
         assert!(!root.exists());
