@@ -15,8 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::registry::{skip_set, Snapshot};
-use super::scan::Finding;
-use super::scan::{archive_mode_findings, summarize, Policy, Rules};
+use super::scan::{archive_mode_findings, summarize, Finding, Policy, Rules};
 use super::skill::{load_skill, Origin};
 use crate::path_guard;
 

@@ -118,18 +118,25 @@ pub fn scan_under(roots: &[Root], policy: Policy) -> Snapshot {
                 continue;
             }
             match load_skill(&dir, root.origin, &skip) {
-                Ok(skill) if root.origin == Origin::Discovered && !policy.refusals(&skill.findings).is_empty() => {
-                    let refusals = policy.refusals(&skill.findings);
-                    errors.push(LoadError {
-                        path: dir,
-                        message: format!(
-                            "the skill '{}' is not loaded under the strict install policy: {}",
-                            skill.id(),
-                            summarize(&refusals)
-                        ),
-                    });
+                Ok(skill) => {
+                    // Installed skills were judged when they went in.
+                    let refusals = match root.origin {
+                        Origin::Discovered => policy.refusals(&skill.findings),
+                        Origin::Installed | Origin::Request => Vec::new(),
+                    };
+                    if refusals.is_empty() {
+                        loaded.push(skill);
+                    } else {
+                        errors.push(LoadError {
+                            path: dir,
+                            message: format!(
+                                "the skill '{}' is not loaded under the strict install policy: {}",
+                                skill.id(),
+                                summarize(&refusals)
+                            ),
+                        });
+                    }
                 }
-                Ok(skill) => loaded.push(skill),
                 Err(err) => errors.push(LoadError { path: dir, message: err.to_string() }),
             }
         }
