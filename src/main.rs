@@ -6,6 +6,7 @@
 //! - [`config`]: flags, environment and config files into a `ServeConfig`.
 //! - [`list_skills`]: `skillhost list-skills`, the registry for operators.
 //! - [`patch_cli`]: `skillhost apply-patch`, the patch tool outside a chat.
+//! - [`skills_cli`]: `skillhost skills add`, installs by URL and digest.
 //! - [`pdf_text`]: `skillhost pdf-text`, the confined child that reads an
 //!   attached PDF's text, and the server's side that starts it.
 //! - [`http`]: routes, wire formats (OpenAI), SSE, errors, metrics.
@@ -25,6 +26,7 @@ mod pdf_text;
 mod sandbox_cli;
 mod sched;
 mod setup;
+mod skills_cli;
 mod terminal;
 
 use std::process::ExitCode;
@@ -35,7 +37,10 @@ use clap::FromArgMatches;
 use skillhost_actors::ModelStatus;
 use tracing_subscriber::EnvFilter;
 
-use config::{ChatArgs, Cli, Command, ListSkillsArgs, LogFormat, McpCommand, McpListArgs, ServeArgs, ServeConfig};
+use config::{
+    ChatArgs, Cli, Command, ListSkillsArgs, LogFormat, McpCommand, McpListArgs, ServeArgs, ServeConfig, SkillsAddArgs,
+    SkillsCommand,
+};
 use std::sync::Arc;
 
 /// Prints a command's report and exits 0 only when it says all went well;
@@ -94,6 +99,13 @@ fn main() -> ExitCode {
         Command::ApplyPatch(args) => report(patch_cli::run(&args, std::io::stdin().lock()), ExitCode::from(2)),
         Command::ListSkills(_) => print_skills(
             config::layered::<ListSkillsArgs>(&definition, &matches, "list-skills").and_then(|(a, _)| a.resolve()),
+        ),
+        Command::Skills(SkillsCommand::Add(given)) => report(
+            config::layered::<SkillsAddArgs>(&definition, &matches, "skills add")
+                .map_err(|err| err.to_string())
+                // What a config file cannot set: the URL itself.
+                .and_then(|(args, _)| skills_cli::add(SkillsAddArgs { url: given.url, ..args })),
+            ExitCode::from(2),
         ),
         Command::Mcp(McpCommand::List(_)) => match config::layered::<McpListArgs>(&definition, &matches, "mcp list") {
             Ok((args, _)) => mcp_list(args),

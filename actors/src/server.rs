@@ -107,6 +107,12 @@ pub struct SkillsHandle {
     /// What the scan's findings stop; a request's own skills are judged as
     /// uploads are.
     policy: crate::skills::scan::Policies,
+    /// The hosts installs by URL may fetch from (`--skills-install-domains`).
+    pub install_domains: crate::skills::fetch::Domains,
+    /// The skills `/.well-known/agent-skills/` lists (`--skills-publish`).
+    pub publish: crate::skills::discovery::Publish,
+    /// Their archives, packed once per loaded skill.
+    pub packs: Arc<crate::skills::discovery::Packs>,
 }
 
 impl SkillsHandle {
@@ -269,6 +275,8 @@ impl Server {
         let installable = install_dir.is_some();
         let selected = config.skills.as_ref().map(|s| s.selected.clone()).unwrap_or_default();
         let policy = config.skills.as_ref().map(|s| s.policy).unwrap_or_default();
+        let install_domains = config.skills.as_ref().map(|s| s.install_domains.clone()).unwrap_or_default();
+        let publish = config.skills.as_ref().map(|s| s.publish.clone()).unwrap_or_default();
         let allows_scripts = config.loop_settings.allow_exec && config.exec.is_some();
         let serves_scripts = allows_scripts && config.mcp_serve_scripts;
         let (skills_args, snapshot) = match config.skills {
@@ -312,6 +320,9 @@ impl Server {
             install_dir: install_dir.clone(),
             selected,
             policy,
+            install_domains,
+            publish,
+            packs: Arc::default(),
         });
         // A default selection naming nothing registered is the operator's
         // typo: refused at start-up rather than silently selecting less.

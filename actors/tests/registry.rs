@@ -202,6 +202,7 @@ async fn sees_a_new_skill(watch: bool, poll: Option<std::time::Duration>) -> boo
         selected: Vec::new(),
         keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
         policy: Default::default(),
+        ..Default::default()
     };
     // No model is needed for the registry; a missing file just fails to load.
     let engine = EngineConfig { model_path: dir.path().join("none.gguf"), n_parallel: 1, ..Default::default() };

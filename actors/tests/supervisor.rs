@@ -123,6 +123,7 @@ async fn the_supervisor_answers_while_the_model_loads() {
         selected: Vec::new(),
         keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
         policy: Default::default(),
+        ..Default::default()
     };
     let engine = EngineConfig { model_path: fifo.clone(), n_parallel: 1, ..Default::default() };
     let server = Server::start(ServerConfig::new(engine, Some(skills))).await.unwrap();

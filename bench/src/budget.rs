@@ -135,6 +135,7 @@ async fn start(script: VecDeque<String>, skills: Option<&std::path::Path>) -> Se
             selected: Vec::new(),
             keep_versions: skillhost_actors::skills::versions::DEFAULT_KEEP_VERSIONS,
             policy: Default::default(),
+            ..Default::default()
         }),
         loop_settings: LoopSettings { multi_agent: MultiAgent::Off, max_rounds: 16, ..LoopSettings::default() },
         exec: None,

@@ -20,6 +20,8 @@ use skillhost_actors::attachments::{DEFAULT_MAX_ATTACHMENT_BYTES, MAX_CONVERSATI
 use skillhost_actors::chat_loop::{
     LoopSettings, MultiAgent, DEFAULT_CODE_ROUNDS, DEFAULT_MAX_ROUNDS, DEFAULT_TURN_TIMEOUT, MAX_ROUNDS, MIN_ROUNDS,
 };
+use skillhost_actors::skills::discovery::Publish;
+use skillhost_actors::skills::fetch::Domains;
 use skillhost_actors::skills::roots::registry_roots;
 use skillhost_actors::skills::scan::{Policies, Policy};
 use skillhost_actors::skills::{versions, SkillsConfig};
@@ -70,6 +72,40 @@ pub enum Command {
     /// The operator's MCP servers.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Installed skills, managed from the command line.
+    #[command(subcommand)]
+    Skills(SkillsCommand),
+}
+
+/// `skillhost skills ...`.
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Install into the install folder, without a running server: a ZIP archive by URL, checked against --sha256 before it is unpacked, or every skill another server publishes (its base URL: /.well-known/agent-skills/index.json, every entry's digest checked). Fetches only from --skills-install-domains, and uploads' install policy applies.
+    #[command(
+        after_help = "A running server sees the new skills on its next rescan (POST /api/skills/rescan, or --skills-watch). Versions an install retires stay on disk until the server next starts, since a running turn may be reading them."
+    )]
+    Add(Box<SkillsAddArgs>),
+}
+
+/// Flags of `skillhost skills add`.
+#[derive(Debug, Default, Args)]
+pub struct SkillsAddArgs {
+    #[command(flatten)]
+    pub skills: SkillArgs,
+    /// YAML config file whose keys are the flag names; repeatable, later files win
+    #[arg(long = "config", env = "SKILLHOST_CONFIG", value_delimiter = ',')]
+    pub config: Vec<PathBuf>,
+    /// The archive's SHA-256 digest (64 hex digits, optionally after sha256:); required for an archive URL
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// Replace an installed skill of the same name (the old version stays in its history)
+    #[arg(long)]
+    pub overwrite: bool,
+    /// A ZIP archive's URL (with --sha256), or the base URL of a server that publishes skills
+    // An `Option` only for the settings' second parse, which leaves
+    // positional arguments out; the command line requires it.
+    #[arg(required = true)]
+    pub url: Option<String>,
 }
 
 /// `skillhost mcp ...`.
@@ -97,6 +133,7 @@ pub fn command() -> clap::Command {
         .mut_subcommand("chat", sources::with_negations)
         .mut_subcommand("list-skills", sources::with_negations)
         .mut_subcommand("mcp", |mcp| mcp.mut_subcommand("list", sources::with_negations))
+        .mut_subcommand("skills", |skills| skills.mut_subcommand("add", sources::with_negations))
 }
 
 /// A subcommand's settings after merging every layer, and the merged
@@ -158,9 +195,15 @@ pub struct SkillArgs {
     /// Previous versions each installed skill keeps, for GET /api/skills/{id}/versions and rollback (0 to 100) [default: 5]
     #[arg(long = "skills-keep-versions", env = "SKILLHOST_SKILLS_KEEP_VERSIONS", help_heading = SKILLS)]
     pub skills_keep_versions: Option<usize>,
-    /// What the static scan's findings stop: warn loads a skill and shows its findings; strict refuses one with a finding at high or above [default: warn for the --skills-dir roots, strict for uploads]
+    /// What the static scan's findings stop: warn loads a skill and shows its findings; strict refuses one with a finding at high or above [default: warn for the --skills-dir roots, strict for uploads and installs by URL]
     #[arg(long = "skills-install-policy", env = "SKILLHOST_SKILLS_INSTALL_POLICY", value_enum, help_heading = SKILLS)]
     pub skills_install_policy: Option<InstallPolicy>,
+    /// Hosts that installs by URL (POST /api/skills/install, skillhost skills add) may fetch from, and redirects may lead to: names like github.com, *.example.com for every name under it, or IP addresses; comma-separated [default: none, so installs by URL are off]
+    #[arg(long = "skills-install-domains", env = "SKILLHOST_SKILLS_INSTALL_DOMAINS", value_delimiter = ',', help_heading = SKILLS)]
+    pub skills_install_domains: Vec<String>,
+    /// Skills to list at /.well-known/agent-skills/index.json, each with a ZIP archive and its digest, for other servers to install: names, or all; comma-separated [default: none; the index answers 404]
+    #[arg(long = "skills-publish", env = "SKILLHOST_SKILLS_PUBLISH", value_delimiter = ',', help_heading = SKILLS)]
+    pub skills_publish: Vec<String>,
 }
 
 /// `--skills-install-policy`.
@@ -820,6 +863,9 @@ impl SkillArgs {
                 Some(InstallPolicy::Warn) => Policies::all(Policy::Warn),
                 Some(InstallPolicy::Strict) => Policies::all(Policy::Strict),
             },
+            install_domains: Domains::parse(&self.skills_install_domains)
+                .map_err(|err| ConfigError(format!("--skills-install-domains: {err}")))?,
+            publish: Publish::from_names(&self.skills_publish),
         }))
     }
 }
@@ -843,6 +889,13 @@ pub fn default_state_dir() -> Result<PathBuf, ConfigError> {
 pub const SYSTEM_STATE_DIR: &str = "/var/lib/skillhost";
 /// Where uploads go inside the state folder.
 pub const INSTALL_SUBDIR: &str = "skills";
+
+impl SkillsAddArgs {
+    /// The registry setup the install goes into.
+    pub fn resolve_skills(&self) -> Result<Option<SkillsConfig>, ConfigError> {
+        self.skills.resolve(&default_state_dir()?)
+    }
+}
 
 impl ListSkillsArgs {
     /// The registry setup `list-skills` prints.

@@ -412,7 +412,16 @@ pub fn parse(command: &Command, merged: &Merged) -> Result<ArgMatches, ConfigErr
     // Values from the environment are already merged in; the second parse
     // must not read a variable again over a file's value. Parsing from a
     // command without `env` keeps the one precedence.
-    let plain = command.clone().mut_args(|arg| arg.env(None::<&str>));
+    // Positional arguments (a command's URL) are not settings: no file or
+    // variable holds them, so the caller takes them from the command line.
+    let plain = command.clone().mut_args(|arg| {
+        let arg = arg.env(None::<&str>);
+        if arg.is_positional() {
+            arg.required(false)
+        } else {
+            arg
+        }
+    });
     plain.try_get_matches_from(args).map_err(|err| {
         let text = err.render().to_string();
         let line = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();

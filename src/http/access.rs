@@ -52,6 +52,10 @@ pub fn need(method: &Method, path: &str) -> Need {
     match path {
         "/health" | "/" | "/favicon.ico" | "/api/whoami" if get => Need::Open,
         _ if get && path.starts_with("/assets/") => Need::Open,
+        // What the operator publishes (`--skills-publish`) is for other
+        // servers, which hold no key of ours; the routes answer 404 unless
+        // publishing is on.
+        _ if get && path.starts_with("/.well-known/agent-skills/") => Need::Open,
         "/metrics" => Need::Metrics,
         "/api/skills" | "/api/skills/rescan" if *method == Method::POST => Need::Admin,
         _ if *method == Method::DELETE && path.starts_with("/api/skills/") => Need::Admin,
@@ -106,6 +110,9 @@ fn takes_json(method: &Method, path: &str) -> bool {
         // A rollback: a form on another site must not roll a skill back
         // through a keyless loopback server.
         || (*method == Method::POST && path.starts_with("/api/skills/") && path.ends_with("/rollback"))
+        // An install by URL: a form on another site must not make the
+        // server fetch and install through a keyless loopback server.
+        || (*method == Method::POST && path == "/api/skills/install")
 }
 
 /// The error shape of the surface a path belongs to.
@@ -629,6 +636,9 @@ mod tests {
         assert_eq!(need(&Method::POST, "/api/skills/rescan"), Need::Admin);
         assert_eq!(need(&Method::POST, "/api/skills/pdf/rollback"), Need::Admin);
         assert_eq!(need(&Method::GET, "/api/skills/pdf/versions"), Need::User);
+        assert_eq!(need(&Method::POST, "/api/skills/install"), Need::Admin);
+        assert_eq!(need(&Method::GET, "/.well-known/agent-skills/index.json"), Need::Open);
+        assert_eq!(need(&Method::POST, "/.well-known/agent-skills/index.json"), Need::User);
         assert_eq!(need(&Method::DELETE, "/api/conversations/c-1"), Need::User);
         assert_eq!(need(&Method::GET, "/no/such/route"), Need::User);
     }

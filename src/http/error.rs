@@ -3,6 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::json;
+use skillhost_actors::skills::fetch::FetchError;
 use skillhost_actors::skills::install::InstallError;
 use skillhost_actors::skills::SkillsError;
 use skillhost_actors::ChatError;
@@ -50,6 +51,9 @@ pub enum ApiError {
     /// policy (422). `details` rides in the body beside the message.
     #[error("{message}")]
     Refused { message: String, code: &'static str, details: serde_json::Value },
+    /// Another server this one fetched from failed or was out of reach (502).
+    #[error("{0}")]
+    BadGateway(String),
     /// Something failed on our side (500).
     #[error("{0}")]
     Internal(String),
@@ -85,7 +89,7 @@ impl ApiError {
     pub fn openai_type(&self) -> &'static str {
         match self {
             ApiError::Unavailable(_) => "unavailable_error",
-            ApiError::Overloaded(_) | ApiError::Internal(_) => "server_error",
+            ApiError::Overloaded(_) | ApiError::BadGateway(_) | ApiError::Internal(_) => "server_error",
             ApiError::BadRequest { .. }
             | ApiError::NotFound(_)
             | ApiError::ModelNotFound(_)
@@ -115,6 +119,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => Some("unsupported_media_type"),
             ApiError::Overloaded(_) => Some("overloaded"),
             ApiError::Refused { code, .. } => Some(code),
+            ApiError::BadGateway(_) => Some("bad_gateway"),
             ApiError::Internal(_) => None,
         }
     }
@@ -131,6 +136,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Refused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -150,6 +156,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::Refused { .. } => "refused",
+            ApiError::BadGateway(_) => "bad_gateway",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -203,6 +210,7 @@ impl ApiError {
                     | ApiError::UnsupportedMediaType(_)
                     | ApiError::Overloaded(_)
                     | ApiError::Refused { .. }
+                    | ApiError::BadGateway(_)
                     | ApiError::Internal(_) => None,
                 };
                 json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
@@ -243,6 +251,27 @@ impl From<SkillsError> for ApiError {
             },
             SkillsError::Conflict(message) => ApiError::Conflict(message),
             SkillsError::Unavailable(message) => ApiError::Unavailable(message),
+        }
+    }
+}
+
+impl From<FetchError> for ApiError {
+    fn from(err: FetchError) -> Self {
+        match &err {
+            FetchError::NotAllowed(_) => ApiError::Forbidden(err.to_string()),
+            FetchError::Invalid(_) => ApiError::bad_request(err.to_string()),
+            FetchError::DigestMismatch { expected, actual, .. } => ApiError::Refused {
+                message: err.to_string(),
+                code: "digest_mismatch",
+                details: serde_json::json!({"expected": format!("sha256:{expected}"), "actual": format!("sha256:{actual}")}),
+            },
+            FetchError::TooLarge(_) => ApiError::Refused {
+                message: err.to_string(),
+                code: "archive_too_large",
+                details: serde_json::json!({}),
+            },
+            FetchError::Remote(_) => ApiError::BadGateway(err.to_string()),
+            FetchError::Io(_) => ApiError::Internal(err.to_string()),
         }
     }
 }

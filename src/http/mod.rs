@@ -10,6 +10,7 @@ pub mod body;
 pub mod chat;
 pub mod compact;
 pub mod conversations_api;
+pub mod discovery;
 pub mod embeddings;
 pub mod error;
 pub mod files;
@@ -196,6 +197,21 @@ fn routes(config: &mut web::ServiceConfig) {
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
+            web::resource("/api/skills/install")
+                .route(web::post().to(skills::api_install_url))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource(skillhost_actors::skills::discovery::INDEX_PATH)
+                .route(web::get().to(discovery::index))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/.well-known/agent-skills/{file}")
+                .route(web::get().to(discovery::archive))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
             web::resource("/api/skills/rescan")
                 .route(web::post().to(skills::api_rescan))
                 .default_service(web::to(ops::method_not_allowed)),
@@ -366,6 +382,8 @@ mod client_prompts_tests;
 
 #[cfg(test)]
 mod conversations_tests;
+#[cfg(test)]
+mod discovery_tests;
 #[cfg(test)]
 mod files_tests;
 #[cfg(test)]

@@ -11,6 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use skillhost_actors::path_guard;
+use skillhost_actors::skills::fetch;
 use skillhost_actors::skills::install::MAX_ARCHIVE_BYTES;
 use skillhost_actors::skills::outcomes::{Counts, Outcome};
 use skillhost_actors::skills::{Changes, FileKind, Finding, Origin, Severity, Skill, Snapshot};
@@ -290,17 +291,8 @@ pub async fn api_install(
         )
         .into());
     }
-    // Each upload holds a place while it streams and installs; past the
-    // cap it waits a while, then is refused.
-    let _place = match tokio::time::timeout(UPLOAD_WAIT, UPLOADS.acquire()).await {
-        Ok(Ok(place)) => place,
-        _ => {
-            return Err(ApiError::Overloaded(format!(
-                "{MAX_CONCURRENT_UPLOADS} uploads are already in progress; retry shortly"
-            ))
-            .into())
-        }
-    };
+    // Each upload holds a place while it streams and installs.
+    let _place = upload_place().await?;
     let mut multipart = Multipart::new(request.headers(), payload);
     // The archive streams to a file chunk by chunk: a 250 MB upload costs
     // the server one chunk of memory, not 250 MB.
@@ -346,6 +338,60 @@ pub async fn api_install(
     let snapshot = skills.snapshot();
     let skill = lookup(&snapshot, &id)?;
     Ok(HttpResponse::Created().json(skill_json(&skill, false)))
+}
+
+/// The body of `POST /api/skills/install`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstallByUrl {
+    /// An archive on a host `--skills-install-domains` allows.
+    url: String,
+    /// Its digest: 64 hex digits, with or without `sha256:`.
+    sha256: String,
+    #[serde(default)]
+    overwrite: bool,
+}
+
+/// `POST /api/skills/install` (admin): fetches a ZIP archive by URL, checks
+/// its digest before anything is unpacked, then installs it as an upload
+/// (the same ZIP guards, scan and install policy).
+pub async fn api_install_url(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, PlainError> {
+    let body: InstallByUrl = crate::http::body::read_json(&request, payload).await?;
+    let skills = registry(&state)?;
+    if !skills.installable {
+        return Err(ApiError::Forbidden("this server has no skills install folder, so installs are off".into()).into());
+    }
+    let sha256 = fetch::parse_sha256(&body.sha256).map_err(|err| ApiError::bad_param("sha256", err.to_string()))?;
+    let _place = upload_place().await?;
+    let staged = skills.upload_file().map_err(ApiError::from)?;
+    let reopen = || staged.reopen().map_err(|err| ApiError::Internal(format!("cannot stage the download: {err}")));
+    let mut file = tokio::fs::File::from_std(reopen()?);
+    let fetched = fetch::fetch_verified(&body.url, &sha256, &skills.install_domains, MAX_ARCHIVE_BYTES, &mut file)
+        .await
+        .map_err(ApiError::from)?;
+    drop(file);
+    // `staged` (the download) is removed when this handler returns.
+    let id = skills.install(reopen()?, body.overwrite).await.map_err(ApiError::from)?;
+    let skill = lookup(&skills.snapshot(), &id)?;
+    let mut object = skill_json(&skill, false);
+    object["source"] =
+        json!({"url": fetched.url.as_str(), "digest": format!("sha256:{}", fetched.sha256), "bytes": fetched.bytes});
+    Ok(HttpResponse::Created().json(object))
+}
+
+/// A place among the [`MAX_CONCURRENT_UPLOADS`] installs streaming at once;
+/// past the cap one waits a while, then is refused.
+async fn upload_place() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
+    match tokio::time::timeout(UPLOAD_WAIT, UPLOADS.acquire()).await {
+        Ok(Ok(place)) => Ok(place),
+        _ => Err(ApiError::Overloaded(format!(
+            "{MAX_CONCURRENT_UPLOADS} uploads are already in progress; retry shortly"
+        ))),
+    }
 }
 
 /// The next chunk of a form field, counting every byte of the upload

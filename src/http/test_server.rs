@@ -89,6 +89,7 @@ pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, sele
         selected,
         keep_versions: DEFAULT_KEEP_VERSIONS,
         policy: Default::default(),
+        ..Default::default()
     }
 }
 

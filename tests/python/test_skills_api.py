@@ -1,13 +1,16 @@
 """The skills management routes over real HTTP, against the real binary."""
 
+import hashlib
 import io
+import json
+import subprocess
 import threading
 import zipfile
 
 import httpx
 import pytest
 
-from conftest import DEFAULT_MODEL, ROOT
+from conftest import BINARY, DEFAULT_MODEL, ROOT, child_env
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "published-skills"
 PUBLISHED = [
@@ -258,3 +261,49 @@ def test_the_openai_client_brings_skills_and_hears_a_refusal_with_its_findings(s
     with pytest.raises(openai.BadRequestError) as clash:
         client.chat.completions.create(**ask, extra_body={"skills_inline": [{"name": "mcp-builder", "files": shadow}]})
     assert "already registered on this server" in str(clash.value)
+
+
+def test_published_fixtures_install_on_another_host_by_digest(start_server, tmp_path):
+    """Every published fixture, listed at the discovery index of one server,
+    installs with `skillhost skills add` and then over HTTP on another, each
+    archive checked against the digest the index gives."""
+    publisher = start_server("--model", str(DEFAULT_MODEL), "--skills-dir", str(FIXTURES), "--skills-publish", "all")
+    index = httpx.get(publisher.url + "/.well-known/agent-skills/index.json").json()
+    assert index["$schema"] == "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
+    assert [entry["name"] for entry in index["skills"]] == PUBLISHED
+    for entry in index["skills"]:
+        assert (entry["type"], entry["url"]) == ("archive", f"/.well-known/agent-skills/{entry['name']}.zip")
+        served = httpx.get(publisher.url + entry["url"])
+        assert served.headers["content-type"] == "application/zip"
+        assert entry["digest"] == "sha256:" + hashlib.sha256(served.content).hexdigest()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    installed = tmp_path / "installed"
+    flags = ["--skills-dir", str(empty), "--skills-install-dir", str(installed), "--skills-install-domains", "127.0.0.1"]
+    run = subprocess.run(
+        [str(BINARY), "skills", "add", publisher.url, *flags], env=child_env(), capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [line.split()[1] for line in run.stdout.splitlines()] == PUBLISHED
+    for entry in index["skills"]:
+        record = json.loads((installed / ".versions" / entry["name"] / "1.json").read_text())
+        assert record["digest"] == entry["digest"]
+
+    # The command refuses a host off the list, and an archive without its digest.
+    refused = subprocess.run(
+        [str(BINARY), "skills", "add", publisher.url, *flags[:4], "--skills-install-domains", "example.com"],
+        env=child_env(), capture_output=True, text=True,
+    )
+    assert refused.returncode == 2
+    assert "which is not in --skills-install-domains (example.com)" in refused.stderr
+
+    # The same archives install over HTTP on a server that allows the host.
+    receiver = start_server("--model", str(DEFAULT_MODEL), "--skills-dir", str(empty), "--skills-install-domains", "127.0.0.1")
+    entry = index["skills"][0]
+    wrong = httpx.post(receiver.url + "/api/skills/install", json={"url": publisher.url + entry["url"], "sha256": "0" * 64})
+    assert wrong.status_code == 422 and wrong.json()["actual"] == entry["digest"]
+    done = httpx.post(receiver.url + "/api/skills/install", json={"url": publisher.url + entry["url"], "sha256": entry["digest"]})
+    assert done.status_code == 201, done.text
+    assert done.json()["source"]["digest"] == entry["digest"]
+    assert [s["id"] for s in httpx.get(receiver.url + "/api/skills").json()["skills"]] == [entry["name"]]

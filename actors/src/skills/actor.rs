@@ -23,7 +23,7 @@ use super::versions;
 pub const WATCH_DEBOUNCE: Duration = Duration::from_millis(500);
 
 /// How the registry is set up.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SkillsConfig {
     /// In precedence order; the install directory, when there is one, first.
     pub roots: Vec<Root>,
@@ -40,6 +40,10 @@ pub struct SkillsConfig {
     pub keep_versions: usize,
     /// What the scan's findings stop, by source (`--skills-install-policy`).
     pub policy: Policies,
+    /// The hosts installs by URL may fetch from (`--skills-install-domains`).
+    pub install_domains: super::fetch::Domains,
+    /// The skills `/.well-known/agent-skills/` lists (`--skills-publish`).
+    pub publish: super::discovery::Publish,
 }
 
 /// Why a registry change failed.

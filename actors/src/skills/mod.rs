@@ -3,6 +3,8 @@
 //! `SkillRegistryActor` that owns the current snapshot.
 
 pub mod actor;
+pub mod discovery;
+pub mod fetch;
 pub mod inline;
 pub mod install;
 pub mod manifest;
