@@ -140,6 +140,7 @@ fn install_one(
     let current = scan_under(&config.roots, config.policy.roots);
     let options = InstallOptions {
         overwrite,
+        name: None,
         limits: ZipLimits::default(),
         keep: config.keep_versions,
         policy: config.policy.installs,

@@ -156,9 +156,20 @@ impl SkillsHandle {
 
     /// Installs an uploaded archive; returns the skill's id.
     pub async fn install(&self, archive: std::fs::File, overwrite: bool) -> Result<String, SkillsError> {
+        self.install_as(archive, overwrite, None).await
+    }
+
+    /// Installs an uploaded archive that must hold the skill `name` when
+    /// one is given (a new version of it); returns the skill's id.
+    pub async fn install_as(
+        &self,
+        archive: std::fs::File,
+        overwrite: bool,
+        name: Option<String>,
+    ) -> Result<String, SkillsError> {
         let actor = self.actor().await?;
         actor
-            .call(|reply| SkillsMsg::Install { archive, overwrite, reply }, Some(INSTALL_TIMEOUT))
+            .call(|reply| SkillsMsg::Install { archive, overwrite, name, reply }, Some(INSTALL_TIMEOUT))
             .await
             .ok()
             .and_then(|result| result.success_or(()).ok())
@@ -196,6 +207,15 @@ impl SkillsHandle {
                 "the skill '{id}' was discovered in {}, not installed; only installed skills have versions",
                 skill.root.display()
             ))),
+        }
+    }
+
+    /// The folder of one recorded version of an installed skill.
+    pub fn version_folder(&self, id: &str, version: u32) -> Result<std::path::PathBuf, SkillsError> {
+        let history = self.versions(id)?;
+        match (&self.install_dir, history.versions.iter().any(|v| v.version == version)) {
+            (Some(dir), true) => Ok(crate::skills::versions::folder(dir, id, version)),
+            _ => Err(SkillsError::NotFound(format!("the skill '{id}' has no version {version}"))),
         }
     }
 

@@ -62,6 +62,8 @@ pub fn need(method: &Method, path: &str) -> Need {
         // Rollback; every other skills route that changes something.
         _ if *method == Method::POST && path.starts_with("/api/skills/") => Need::Admin,
         _ if *method == Method::POST && path.starts_with("/api/models/") => Need::Admin,
+        // OpenAI's Skills API: creating, changing and deleting skills.
+        _ if !get && (path == "/v1/skills" || path.starts_with("/v1/skills/")) => Need::Admin,
         _ => Need::User,
     }
 }
@@ -113,6 +115,8 @@ fn takes_json(method: &Method, path: &str) -> bool {
         // An install by URL: a form on another site must not make the
         // server fetch and install through a keyless loopback server.
         || (*method == Method::POST && path == "/api/skills/install")
+        // Setting a skill's default version.
+        || (*method == Method::POST && path.starts_with("/v1/skills/") && path.matches('/').count() == 3)
 }
 
 /// The error shape of the surface a path belongs to.
@@ -637,6 +641,9 @@ mod tests {
         assert_eq!(need(&Method::POST, "/api/skills/pdf/rollback"), Need::Admin);
         assert_eq!(need(&Method::GET, "/api/skills/pdf/versions"), Need::User);
         assert_eq!(need(&Method::POST, "/api/skills/install"), Need::Admin);
+        assert_eq!(need(&Method::POST, "/v1/skills"), Need::Admin);
+        assert_eq!(need(&Method::DELETE, "/v1/skills/pdf/versions/2"), Need::Admin);
+        assert_eq!(need(&Method::GET, "/v1/skills/pdf/versions"), Need::User);
         assert_eq!(need(&Method::GET, "/.well-known/agent-skills/index.json"), Need::Open);
         assert_eq!(need(&Method::POST, "/.well-known/agent-skills/index.json"), Need::User);
         assert_eq!(need(&Method::DELETE, "/api/conversations/c-1"), Need::User);

@@ -18,6 +18,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod openai_skills;
 pub mod ops;
 pub mod peer;
 pub mod relay;
@@ -174,12 +175,37 @@ fn routes(config: &mut web::ServiceConfig) {
         )
         .service(
             web::resource("/v1/skills")
-                .route(web::get().to(skills::v1_list))
+                .route(web::get().to(openai_skills::list))
+                .route(web::post().to(openai_skills::create))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
             web::resource("/v1/skills/{id}")
-                .route(web::get().to(skills::v1_get))
+                .route(web::get().to(openai_skills::retrieve))
+                .route(web::post().to(openai_skills::update))
+                .route(web::delete().to(openai_skills::delete))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills/{id}/content")
+                .route(web::get().to(openai_skills::content))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills/{id}/versions")
+                .route(web::get().to(openai_skills::versions))
+                .route(web::post().to(openai_skills::create_version))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills/{id}/versions/{version}")
+                .route(web::get().to(openai_skills::retrieve_version))
+                .route(web::delete().to(openai_skills::delete_version))
+                .default_service(web::to(ops::method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/skills/{id}/versions/{version}/content")
+                .route(web::get().to(openai_skills::version_content))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
@@ -390,6 +416,8 @@ mod files_tests;
 mod inline_tests;
 #[cfg(test)]
 mod models_tests;
+#[cfg(test)]
+mod openai_skills_tests;
 #[cfg(test)]
 mod responses_tests;
 #[cfg(test)]

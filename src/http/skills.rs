@@ -1,6 +1,6 @@
-//! Skills management routes: listings, one skill, its files, rescan, upload
-//! and delete. `/v1/skills` answers in OpenAI's shapes, `/api/skills` in the
-//! Web UI's.
+//! Skills management routes in the Web UI's shapes: listings, one skill,
+//! its files, rescan, upload, install by URL, versions, rollback and
+//! delete. OpenAI's `/v1/skills` is `openai_skills`.
 
 use std::io::Read;
 
@@ -18,7 +18,7 @@ use skillhost_actors::skills::{Changes, FileKind, Finding, Origin, Severity, Ski
 use skillhost_actors::SkillsHandle;
 use tokio::io::AsyncWriteExt;
 
-use crate::http::error::{ApiError, OpenAiError, PlainError};
+use crate::http::error::{ApiError, PlainError};
 use crate::http::AppState;
 
 /// Largest upload accepted: an archive is never bigger than what it holds,
@@ -157,35 +157,20 @@ fn changes_json(changes: &Changes) -> Value {
 }
 
 /// The registry, or a 403 when skills are off.
-fn registry(state: &AppState) -> Result<&SkillsHandle, ApiError> {
+pub(crate) fn registry(state: &AppState) -> Result<&SkillsHandle, ApiError> {
     state
         .server
         .skills()
         .ok_or_else(|| ApiError::Forbidden("skills are turned off on this server (--no-skills)".into()))
 }
 
-fn lookup(snapshot: &Snapshot, id: &str) -> Result<std::sync::Arc<Skill>, ApiError> {
+pub(crate) fn lookup(snapshot: &Snapshot, id: &str) -> Result<std::sync::Arc<Skill>, ApiError> {
     snapshot.get(id).cloned().ok_or_else(|| {
         let ids = snapshot.ids();
         let available =
             if ids.is_empty() { "none are installed".to_string() } else { format!("available: {}", ids.join(", ")) };
         ApiError::NotFound(format!("no skill named '{id}' is registered; {available}"))
     })
-}
-
-/// `GET /v1/skills`
-pub async fn v1_list(state: web::Data<AppState>) -> Result<HttpResponse, OpenAiError> {
-    let data: Vec<Value> = match state.server.skills() {
-        Some(skills) => skills.snapshot().skills.values().map(|s| skill_json(s, false)).collect(),
-        None => Vec::new(),
-    };
-    Ok(HttpResponse::Ok().json(json!({"object": "list", "data": data})))
-}
-
-/// `GET /v1/skills/{id}`
-pub async fn v1_get(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, OpenAiError> {
-    let skill = lookup(&registry(&state)?.snapshot(), &id)?;
-    Ok(HttpResponse::Ok().json(skill_json(&skill, true)))
 }
 
 /// `GET /api/skills`
@@ -385,7 +370,7 @@ pub async fn api_install_url(
 
 /// A place among the [`MAX_CONCURRENT_UPLOADS`] installs streaming at once;
 /// past the cap one waits a while, then is refused.
-async fn upload_place() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
+pub(crate) async fn upload_place() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
     match tokio::time::timeout(UPLOAD_WAIT, UPLOADS.acquire()).await {
         Ok(Ok(place)) => Ok(place),
         _ => Err(ApiError::Overloaded(format!(
@@ -396,7 +381,10 @@ async fn upload_place() -> Result<tokio::sync::SemaphorePermit<'static>, ApiErro
 
 /// The next chunk of a form field, counting every byte of the upload
 /// against [`MAX_UPLOAD_BYTES`].
-async fn next_chunk(field: &mut actix_multipart::Field, received: &mut usize) -> Result<Option<web::Bytes>, ApiError> {
+pub(crate) async fn next_chunk(
+    field: &mut actix_multipart::Field,
+    received: &mut usize,
+) -> Result<Option<web::Bytes>, ApiError> {
     let Some(chunk) = field.next().await else { return Ok(None) };
     let chunk = chunk.map_err(|err| ApiError::bad_request(format!("the upload could not be read: {err}")))?;
     *received += chunk.len();
@@ -406,7 +394,7 @@ async fn next_chunk(field: &mut actix_multipart::Field, received: &mut usize) ->
     Ok(Some(chunk))
 }
 
-fn too_large() -> ApiError {
+pub(crate) fn too_large() -> ApiError {
     ApiError::PayloadTooLarge(format!("the upload is larger than the limit of {MAX_UPLOAD_BYTES} bytes"))
 }
 

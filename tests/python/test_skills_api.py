@@ -307,3 +307,58 @@ def test_published_fixtures_install_on_another_host_by_digest(start_server, tmp_
     assert done.status_code == 201, done.text
     assert done.json()["source"]["digest"] == entry["digest"]
     assert [s["id"] for s in httpx.get(receiver.url + "/api/skills").json()["skills"]] == [entry["name"]]
+
+
+def test_the_openai_sdk_creates_versions_lists_and_deletes_skills_unchanged(skills_server):
+    """`client.skills` of the official SDK, unchanged, against the registry:
+    a folder's files and a ZIP, versions, the default version, content,
+    pagination, and a 400 where this server's model differs."""
+    import openai
+    from openai import OpenAI
+
+    client = OpenAI(base_url=skills_server.url + "/v1", api_key="unused")
+    skill_md = SKILL_MD.format(name="haiku")
+    created = client.skills.create(files=[("haiku/SKILL.md", skill_md.encode()), ("haiku/notes.md", b"one\n")])
+    assert (created.id, created.name, created.object) == ("haiku", "haiku", "skill")
+    assert (created.default_version, created.latest_version, created.description) == ("1", "1", "Does haiku things.")
+
+    second = archive({"haiku/SKILL.md": skill_md, "haiku/notes.md": "two\n"})
+    version = client.skills.versions.create("haiku", files=("haiku.zip", second, "application/zip"))
+    assert (version.object, version.skill_id, version.version, version.name) == ("skill.version", "haiku", "2", "haiku")
+    assert [v.version for v in client.skills.versions.list("haiku")] == ["1", "2"]
+    assert client.skills.versions.retrieve("1", skill_id="haiku").version == "1"
+    assert (client.skills.retrieve("haiku").default_version, client.skills.retrieve("haiku").latest_version) == ("2", "2")
+
+    # Every page, three at a time, as the SDK follows the cursor.
+    assert [s.id for s in client.skills.list(limit=3)] == sorted(PUBLISHED + ["haiku"])
+
+    def notes(content):
+        with zipfile.ZipFile(io.BytesIO(content.read())) as zf:
+            return zf.read("notes.md")
+
+    assert notes(client.skills.content.retrieve("haiku")) == b"two\n"
+    assert notes(client.skills.versions.content.retrieve("1", skill_id="haiku")) == b"one\n"
+    back = client.skills.update("haiku", default_version="1")
+    assert (back.default_version, back.latest_version) == ("1", "2")
+    assert notes(client.skills.content.retrieve("haiku")) == b"one\n"
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.skills.versions.create("haiku", files=("haiku.zip", second, "application/zip"), default=False)
+    assert "a new version always becomes the default here" in str(refused.value)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.skills.versions.delete("1", skill_id="haiku")
+    assert "one version cannot be deleted alone here" in str(refused.value)
+    other = archive({"other/SKILL.md": SKILL_MD.format(name="other")})
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.skills.versions.create("haiku", files=("other.zip", other, "application/zip"))
+    assert "the archive holds the skill 'other', not 'haiku'" in str(refused.value)
+    with pytest.raises(openai.ConflictError):
+        client.skills.create(files=("haiku.zip", second, "application/zip"))
+    # A skill the operator's folders provide has no versions here.
+    with pytest.raises(openai.NotFoundError):
+        client.skills.versions.list("mcp-builder")
+
+    deleted = client.skills.delete("haiku")
+    assert (deleted.id, deleted.object, deleted.deleted) == ("haiku", "skill.deleted", True)
+    with pytest.raises(openai.NotFoundError):
+        client.skills.retrieve("haiku")

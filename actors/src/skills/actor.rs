@@ -78,7 +78,13 @@ pub enum SkillsMsg {
     Rescan(Option<RpcReplyPort<Changes>>),
     /// Sent by the HTTP layer with an uploaded archive.
     /// The archive is a file the upload was streamed into (never held in memory).
-    Install { archive: std::fs::File, overwrite: bool, reply: RpcReplyPort<Result<String, SkillsError>> },
+    /// `name`, when set, is the skill the archive must hold (a new version).
+    Install {
+        archive: std::fs::File,
+        overwrite: bool,
+        name: Option<String>,
+        reply: RpcReplyPort<Result<String, SkillsError>>,
+    },
     /// Sent by the HTTP layer to remove an installed skill.
     Delete { id: String, reply: RpcReplyPort<Result<(), SkillsError>> },
     /// Sent by the HTTP layer to make an earlier version live again: the one
@@ -240,8 +246,8 @@ impl Actor for SkillRegistryActor {
                     let _ = reply.send(diff);
                 }
             }
-            SkillsMsg::Install { archive, overwrite, reply } => {
-                let result = install(state, archive, overwrite).await.map(|installed| {
+            SkillsMsg::Install { archive, overwrite, name, reply } => {
+                let result = install(state, archive, overwrite, name).await.map(|installed| {
                     state.retire(installed.retired);
                     installed.name
                 });
@@ -273,6 +279,7 @@ async fn install(
     state: &SkillsState,
     archive: std::fs::File,
     overwrite: bool,
+    name: Option<String>,
 ) -> Result<super::install::Installed, SkillsError> {
     let Some(install_dir) = state.config.install_dir.clone() else {
         return Err(SkillsError::Forbidden("this server has no skills install folder, so uploads are off".into()));
@@ -280,6 +287,7 @@ async fn install(
     let current = state.snapshot.borrow().clone();
     let options = InstallOptions {
         overwrite,
+        name,
         limits: ZipLimits::default(),
         keep: state.config.keep_versions,
         policy: state.config.policy.installs,

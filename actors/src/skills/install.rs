@@ -147,10 +147,14 @@ fn digest_of<R: Read + Seek>(reader: &mut R) -> Result<String, InstallError> {
 }
 
 /// How one install goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallOptions {
     /// Replace a skill of the same name (its old version stays in the history).
     pub overwrite: bool,
+    /// The name the archive's skill must have: set when the install is a
+    /// new version of that skill, so an archive naming another skill can
+    /// never replace it.
+    pub name: Option<String>,
     pub limits: ZipLimits,
     /// Previous versions kept (`--skills-keep-versions`).
     pub keep: usize,
@@ -162,6 +166,7 @@ impl Default for InstallOptions {
     fn default() -> Self {
         InstallOptions {
             overwrite: false,
+            name: None,
             limits: ZipLimits::default(),
             keep: super::versions::DEFAULT_KEEP_VERSIONS,
             policy: Policy::Strict,
@@ -179,7 +184,7 @@ pub fn install_archive<R: Read + Seek>(
     current: &Snapshot,
     options: InstallOptions,
 ) -> Result<Installed, InstallError> {
-    let InstallOptions { overwrite, limits, keep, policy } = options;
+    let InstallOptions { overwrite, name: expected, limits, keep, policy } = options;
     let digest = digest_of(&mut archive)?;
     // The ZIP reader keys entries by name, so a repeated name would silently
     // hide all but one copy; the central directory's own count tells.
@@ -246,6 +251,11 @@ pub fn install_archive<R: Read + Seek>(
     let skill = load_skill(&skill_root, Origin::Installed, &skip_set())
         .map_err(|err| rejected(format!("the archive's skill does not load: {err}")))?;
     let name = skill.id().to_string();
+    if let Some(expected) = expected.filter(|expected| *expected != name) {
+        return Err(rejected(format!(
+            "the archive holds the skill '{name}', not '{expected}': a new version keeps its skill's name"
+        )));
+    }
     let mut findings = skill.findings.clone();
     // Modes as the archive declares them: extraction drops setuid, so the
     // scan of the extracted folder cannot see that one was asked for.

@@ -66,6 +66,11 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// The folder of one version of `name`.
+pub fn folder(install_dir: &Path, name: &str, version: u32) -> PathBuf {
+    versions_of(install_dir, name).join(version.to_string())
+}
+
 /// The version the live link names, if it is one of ours.
 pub fn current(install_dir: &Path, name: &str) -> Option<u32> {
     let target = std::fs::read_link(install_dir.join(name)).ok()?;
