@@ -59,6 +59,8 @@ pub struct MessagesRequest {
     multi_agent: Option<bool>,
     /// The operator's MCP servers this request may use (default: all).
     mcp_servers: Option<Vec<String>>,
+    /// Anthropic's container: its `skills` select skills for this request.
+    container: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,7 +240,15 @@ const SPELLING: Spelling = Spelling {
 
 /// Anthropic's request as the OpenAI request the rest of the server takes,
 /// with the rules of `--normalize-client-prompts` that rewrote it.
-fn translate(request: MessagesRequest, rules: &ClientPrompts) -> Result<Translated, ApiError> {
+fn translate(
+    request: MessagesRequest,
+    rules: &ClientPrompts,
+    skills: Option<&skillhost_actors::SkillsHandle>,
+) -> Result<Translated, ApiError> {
+    let container = match request.container.as_ref().filter(|c| !c.is_null()) {
+        Some(container) => crate::http::hosted_skills::container(container, skills)?,
+        None => Default::default(),
+    };
     let max_tokens = request
         .max_tokens
         .ok_or_else(|| ApiError::bad_param("max_tokens", "'max_tokens' is required (the most tokens to generate)"))?;
@@ -447,7 +457,7 @@ fn translate(request: MessagesRequest, rules: &ClientPrompts) -> Result<Translat
         tools,
         tool_choice,
         parallel_tool_calls,
-        skills: request.skills,
+        skills: request.skills.into_iter().chain(container.skills).collect(),
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
         mcp_servers: request.mcp_servers,
@@ -537,7 +547,7 @@ async fn respond(
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
     let info = model_info(state, asked.as_deref()).await?;
-    let Translated { mut chat, applied, marks } = translate(wire, &state.client_prompts)?;
+    let Translated { mut chat, applied, marks } = translate(wire, &state.client_prompts, state.server.skills())?;
     chat.model = asked;
     state.metrics.client_prompt_rewrites(&applied);
     let after_mark = tokens_after_mark(state, &chat, marks, &info.id).await;
@@ -606,7 +616,7 @@ pub async fn count_tokens(
     wire.stream = false;
     let asked = served_name(&state, wire.model.as_deref());
     let info = model_info(&state, asked.as_deref()).await?;
-    let mut chat = translate(wire, &state.client_prompts)?.chat;
+    let mut chat = translate(wire, &state.client_prompts, state.server.skills())?.chat;
     chat.model = Some(info.id.clone());
     let validated = chat.validate(&info.id)?;
     let input_tokens = state.server.count_tokens(&validated.request).await.map_err(ApiError::from)?;

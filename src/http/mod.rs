@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod embeddings;
 pub mod error;
 pub mod files;
+pub mod hosted_skills;
 pub mod mcp;
 pub mod metrics;
 pub mod ollama;
@@ -412,6 +413,8 @@ mod conversations_tests;
 mod discovery_tests;
 #[cfg(test)]
 mod files_tests;
+#[cfg(test)]
+mod hosted_skills_tests;
 #[cfg(test)]
 mod inline_tests;
 #[cfg(test)]

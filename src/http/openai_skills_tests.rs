@@ -4,11 +4,10 @@
 
 use actix_web::{test, App};
 use serde_json::{json, Value};
-use skillhost_actors::skills::{Origin, Root};
 
 use crate::http::configure;
 use crate::http::openai_skills::MAX_PAGE_ITEMS;
-use crate::http::test_server::{skills_config, TestServer};
+use crate::http::test_server::{install_only, TestServer};
 
 /// A multipart body with the given parts: (field, filename, bytes).
 fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
@@ -40,12 +39,8 @@ fn skill_md(name: &str) -> Vec<u8> {
 #[actix_web::test]
 async fn each_malformed_request_is_told_what_was_wrong() {
     let install = tempfile::tempdir().unwrap();
-    let roots = vec![Root { path: install.path().to_path_buf(), origin: Origin::Installed }];
-    let running = TestServer::scripted(Vec::<String>::new())
-        .skills(skills_config(roots, Some(install.path().to_path_buf()), Vec::new()))
-        .start()
-        .await
-        .unwrap();
+    let running =
+        TestServer::scripted(Vec::<String>::new()).skills(install_only(install.path())).start().await.unwrap();
     let app = test::init_service(App::new().app_data(running.state.clone()).configure(configure)).await;
     let created = test::call_service(&app, create("/v1/skills", &[("files[]", "SKILL.md", &skill_md("demo"))])).await;
     assert_eq!(created.status(), 200);

@@ -410,11 +410,17 @@ pub const DROPPED_HEADER: &str = "x-skillhost-dropped-tools";
 pub(crate) struct ToolSources {
     pub(crate) mcp: Option<std::sync::Arc<skillhost_actors::tools::mcp::hub::McpHub>>,
     pub(crate) hosted: std::sync::Arc<skillhost_actors::tools::mcp::hosted::HostedTools>,
+    /// The registry, for the versions a `shell` tool's skills name.
+    pub(crate) skills: Option<skillhost_actors::SkillsHandle>,
 }
 
 impl ToolSources {
     pub(crate) fn of(state: &AppState) -> ToolSources {
-        ToolSources { mcp: state.server.mcp().cloned(), hosted: std::sync::Arc::clone(&state.hosted) }
+        ToolSources {
+            mcp: state.server.mcp().cloned(),
+            hosted: std::sync::Arc::clone(&state.hosted),
+            skills: state.server.skills().cloned(),
+        }
     }
 }
 
@@ -426,6 +432,8 @@ pub(crate) struct ToolExtras {
     /// The MCP servers and tools the request's `mcp` tools and mapped
     /// hosted tools chose; `None` when it named none.
     pub(crate) mcp: Option<skillhost_actors::tools::mcp::McpSelection>,
+    /// The skills a `shell` tool's environment selects or brings.
+    pub(crate) skills: crate::http::hosted_skills::Selected,
 }
 
 /// A Responses `mcp` tool for one of the operator's servers: its label must
@@ -538,6 +546,13 @@ fn function_tools_with(
                 }
             }
             "mcp" => mcp_tool(tool, &at, sources, &mut extras)?,
+            // OpenAI's hosted shell (a container environment): commands run
+            // in this server's own sandbox, so the tool only says which
+            // skills the turn has. A shell the client runs itself (no
+            // environment, or `local`) is a hosted tool like any other.
+            "shell" if crate::http::hosted_skills::is_container(tool) => {
+                crate::http::hosted_skills::shell_environment(tool, &at, sources.skills.as_ref(), &mut extras.skills)?
+            }
             // A hosted tool (Codex sends web_search by default): the MCP
             // tool the operator mapped it to, or left out and named, or
             // refused under --strict-hosted-tools.
@@ -756,7 +771,8 @@ fn translate(
         tool_choice,
         parallel_tool_calls: request.parallel_tool_calls,
         response_format,
-        skills: request.skills,
+        skills: request.skills.into_iter().chain(extras.skills.skills.iter().cloned()).collect(),
+        skills_inline: extras.skills.inline.clone(),
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
         mcp_servers: request.mcp_servers,

@@ -93,6 +93,12 @@ pub(crate) fn skills_config(roots: Vec<Root>, install_dir: Option<PathBuf>, sele
     }
 }
 
+/// Skills from the install folder alone, which uploads go to.
+pub(crate) fn install_only(install: &Path) -> SkillsConfig {
+    let roots = vec![Root { path: install.to_path_buf(), origin: Origin::Installed }];
+    skills_config(roots, Some(install.to_path_buf()), Vec::new())
+}
+
 /// A multipart body holding `archive` in the field `file`, as the Web UI
 /// sends a skill upload, and its content type.
 pub(crate) fn multipart_body(archive: &[u8]) -> (String, Vec<u8>) {

@@ -362,3 +362,52 @@ def test_the_openai_sdk_creates_versions_lists_and_deletes_skills_unchanged(skil
     assert (deleted.id, deleted.object, deleted.deleted) == ("haiku", "skill.deleted", True)
     with pytest.raises(openai.NotFoundError):
         client.skills.retrieve("haiku")
+
+
+def test_the_sdks_select_skills_the_way_their_hosted_apis_do(skills_server):
+    """The Responses shell tool's environment and Messages' container.skills,
+    sent by the official SDKs unchanged; a version this server cannot honour
+    is a 400 naming the field."""
+    import anthropic
+    import base64
+    import openai
+    from openai import OpenAI
+
+    client = OpenAI(base_url=skills_server.url + "/v1", api_key="unused")
+    model = client.models.list().data[0].id
+    style = archive({"repo-style/SKILL.md": SKILL_MD.format(name="repo-style"), "repo-style/rules.md": "Tabs.\n"})
+    environment = {
+        "type": "container_auto",
+        "skills": [
+            {"type": "skill_reference", "skill_id": "mcp-builder", "version": "latest"},
+            {
+                "type": "inline",
+                "name": "repo-style",
+                "description": "The house style.",
+                "source": {"type": "base64", "media_type": "application/zip", "data": base64.b64encode(style).decode()},
+            },
+        ],
+    }
+    answer = client.responses.create(
+        model=model, input="Say hi.", tools=[{"type": "shell", "environment": environment}], max_output_tokens=8, temperature=0
+    )
+    assert answer.status in ("completed", "incomplete")
+    assert "repo-style" not in [s["id"] for s in httpx.get(skills_server.url + "/api/skills").json()["skills"]]
+    pinned = {"type": "container_auto", "skills": [{"type": "skill_reference", "skill_id": "mcp-builder", "version": "3"}]}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=model, input="Say hi.", tools=[{"type": "shell", "environment": pinned}])
+    assert "has no versions here" in str(refused.value)
+
+    claude = anthropic.Anthropic(base_url=skills_server.url, api_key="unused")
+    message = claude.messages.create(
+        model=model,
+        max_tokens=8,
+        messages=[{"role": "user", "content": "Say hi."}],
+        container={"skills": [{"type": "custom", "skill_id": "mcp-builder", "version": "latest"}]},
+    )
+    assert message.type == "message"
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(
+            model=model, max_tokens=8, messages=[{"role": "user", "content": "Say hi."}], container="cntr_reused"
+        )
+    assert "fresh sandbox for each request" in str(refused.value)
