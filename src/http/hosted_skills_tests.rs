@@ -129,6 +129,14 @@ async fn where_the_models_differ_a_400_names_the_field() {
             "tools[0].environment.skills[0].source.data",
             "",
         ),
+        (
+            "/v1/responses",
+            shell(json!({"type": "container_auto", "skills": [{"type": "inline", "name": "x", "description": "d",
+                "source": {"type": "base64", "media_type": "application/zip", "data": base64::engine::general_purpose::STANDARD
+                    .encode(zip(&[("SKILL.md", &skill_md("x")), ("../up.md", "x")]))}}]})),
+            "skills_inline",
+            "climbs out of the skill folder",
+        ),
         ("/v1/messages", messages(json!("cntr_1")), "", ""),
         (
             "/v1/messages",
@@ -147,8 +155,6 @@ async fn where_the_models_differ_a_400_names_the_field() {
         if !param.is_empty() {
             assert_eq!(answer["error"]["param"], param, "{answer}");
         }
-        if !message.is_empty() {
-            assert_eq!(said, message);
-        }
+        assert!(said.contains(message), "{said}");
     }
 }
