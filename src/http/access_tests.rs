@@ -600,6 +600,35 @@ async fn the_conversation_count_and_mcp_routes_need_json_in_every_spelling() {
 /// turns, and a browser lets any page open one: a handshake from another
 /// site's page is refused, however the path is spelled, and one from a
 /// client that is no browser page goes through.
+/// Anthropic's dialect of `/v1/skills` is picked by a header after the
+/// gate has judged the path: the header changes the shapes, never who may
+/// install or delete.
+#[actix_web::test]
+async fn anthropics_headers_do_not_open_the_skills_api_to_a_user_key() {
+    let install = tempfile::tempdir().unwrap();
+    let state = app_state(keyed(), LOOPBACK, Admission::default(), install.path()).await;
+    let app = test::init_service(App::new().app_data(state).configure(configure)).await;
+    let dialect = [("anthropic-version", "2023-06-01"), ("anthropic-beta", "skills-2025-10-02")];
+    for (method, uri, body) in [
+        ("POST", "/v1/skills?beta=true", Some(("multipart", Vec::new()))),
+        ("POST", "/v1/skills/demo/versions?beta=true", Some(("multipart", Vec::new()))),
+        ("DELETE", "/v1/skills/demo?beta=true", None),
+        ("DELETE", "/v1/skills/demo/versions/1?beta=true", None),
+    ] {
+        let headers = [&dialect[..], &[("x-api-key", USER_KEY)]].concat();
+        let (status, _, response) = send(&app, method, uri, &body, &headers).await;
+        assert_eq!(status, 403, "{method} {uri}: {}", String::from_utf8_lossy(&response));
+        let (status, _, _) = send(&app, method, uri, &body, &dialect).await;
+        assert_eq!(status, 401, "{method} {uri}");
+    }
+    let (status, _, listed) =
+        send(&app, "GET", "/v1/skills?beta=true", &None, &[&dialect[..], &[("x-api-key", USER_KEY)]].concat()).await;
+    assert_eq!(status, 200);
+    // A user key reads the list, in Anthropic's shape.
+    let listed: Value = serde_json::from_slice(&listed).unwrap();
+    assert!(listed["has_more"].is_boolean() && listed.get("object").is_none(), "{listed}");
+}
+
 #[actix_web::test]
 async fn a_page_on_another_site_cannot_open_a_responses_socket() {
     let install = tempfile::tempdir().unwrap();

@@ -458,6 +458,7 @@ fn translate(
         tool_choice,
         parallel_tool_calls,
         skills: request.skills.into_iter().chain(container.skills).collect(),
+        skills_inline: container.inline,
         skills_discovery: request.skills_discovery,
         multi_agent: request.multi_agent,
         mcp_servers: request.mcp_servers,

@@ -5,7 +5,8 @@
 //!   `skill_reference`s (by id and version) and `inline` skills (a base64
 //!   ZIP). Commands run in this server's own sandbox, so no `shell_call`
 //!   reaches the client; the tool only says which skills the turn has.
-//! - Messages: `container.skills`, each `{type, skill_id, version}`.
+//! - Messages: `container.skills`, each `{type, skill_id, version}`, and
+//!   the same `inline` form as Responses (Anthropic has none of its own).
 //!
 //! Where this server's model differs, a 400 names the field: a version
 //! other than the one that runs, or a container to reuse. A `shell` tool
@@ -113,20 +114,7 @@ pub(crate) fn shell_environment(
                 check_version(skills, &format!("{at}.version"), id, text(skill, "version"))?;
                 into.skills.push(id.to_string());
             }
-            Some("inline") => {
-                let (Some(name), Some(source)) = (text(skill, "name"), skill.get("source")) else {
-                    return Err(ApiError::bad_param(&at, format!("'{at}' needs a 'name' and a 'source'")));
-                };
-                if text(source, "type") != Some("base64") || text(source, "media_type") != Some("application/zip") {
-                    return Err(ApiError::bad_param(
-                        &format!("{at}.source"),
-                        format!("'{at}.source' must be {{\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\": …}}"),
-                    ));
-                }
-                let data = text(source, "data").unwrap_or_default();
-                let files = unzip_text(data, &format!("{at}.source.data"))?;
-                into.inline.push(WireInlineSkill { name: name.to_string(), files });
-            }
+            Some("inline") => into.inline.push(inline(skill, &at)?),
             other => {
                 return Err(ApiError::bad_param(
                     &format!("{at}.type"),
@@ -158,10 +146,17 @@ pub(crate) fn container(container: &Value, skills: Option<&SkillsHandle>) -> Res
             // id like any other: they run here when the operator installed
             // a skill of that name.
             Some("custom" | "anthropic") => {}
+            // Anthropic has no inline form; this one is the Responses
+            // shell tool's, so a repository's skills can come with a
+            // Messages request too.
+            Some("inline") => {
+                selected.inline.push(inline(skill, &at)?);
+                continue;
+            }
             other => {
                 return Err(ApiError::bad_param(
                     &format!("{at}.type"),
-                    format!("'{at}.type' must be custom or anthropic, got {}", other.unwrap_or("nothing")),
+                    format!("'{at}.type' must be custom, anthropic or inline, got {}", other.unwrap_or("nothing")),
                 ))
             }
         }
@@ -172,6 +167,22 @@ pub(crate) fn container(container: &Value, skills: Option<&SkillsHandle>) -> Res
         selected.skills.push(id.to_string());
     }
     Ok(selected)
+}
+
+/// An `inline` skill: `{name, source: {type: base64, media_type:
+/// application/zip, data}}`.
+fn inline(skill: &Value, at: &str) -> Result<WireInlineSkill, ApiError> {
+    let (Some(name), Some(source)) = (text(skill, "name"), skill.get("source")) else {
+        return Err(ApiError::bad_param(at, format!("'{at}' needs a 'name' and a 'source'")));
+    };
+    if text(source, "type") != Some("base64") || text(source, "media_type") != Some("application/zip") {
+        return Err(ApiError::bad_param(
+            &format!("{at}.source"),
+            format!("'{at}.source' must be {{\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\": …}}"),
+        ));
+    }
+    let files = unzip_text(text(source, "data").unwrap_or_default(), &format!("{at}.source.data"))?;
+    Ok(WireInlineSkill { name: name.to_string(), files })
 }
 
 /// An inline skill's base64 ZIP as its files' text, bounded as

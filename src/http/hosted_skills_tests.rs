@@ -1,6 +1,6 @@
 //! Skills selected as the hosted APIs select them, on the scripted model:
 //! a Responses `shell` tool's `skill_reference` and inline ZIP, Messages'
-//! `container.skills`, and a 400 naming each field where this server's
+//! `container.skills` (by id, and inline), and a 400 naming each field where this server's
 //! model differs.
 
 use actix_web::{test, App};
@@ -41,6 +41,8 @@ async fn a_shell_tool_and_a_container_select_skills_and_bring_one_inline() {
         read("repo-style"),
         ScriptedOutput::from("Done."),
         ScriptedOutput::from("Done."),
+        read("repo-style"),
+        ScriptedOutput::from("Done."),
     ])
     .skills(install_only(install.path()))
     .start()
@@ -70,7 +72,7 @@ async fn a_shell_tool_and_a_container_select_skills_and_bring_one_inline() {
         .encode(zip(&[("repo-style/SKILL.md", &skill_md("repo-style")), ("repo-style/notes.md", "Tabs.")]));
     let inline = json!([{"type": "inline", "name": "repo-style", "description": "House style.",
         "source": {"type": "base64", "media_type": "application/zip", "data": data}}]);
-    let body = json!({"input": "Check it.", "tools": [shell(inline)]});
+    let body = json!({"input": "Check it.", "tools": [shell(inline.clone())]});
     let response =
         test::call_service(&app, test::TestRequest::post().uri("/v1/responses").set_json(body).to_request()).await;
     assert_eq!(response.status(), 200);
@@ -86,6 +88,20 @@ async fn a_shell_tool_and_a_container_select_skills_and_bring_one_inline() {
     assert_eq!(response.status(), 200);
     let last = backend.prompts().last().unwrap().clone();
     assert!(last.contains(&format!("{SELECTED}- haiku: ")), "{last}");
+
+    // Messages: the Responses inline form in container.skills.
+    let body = json!({"max_tokens": 16, "messages": [{"role": "user", "content": "Check it."}],
+        "container": {"skills": inline}});
+    let response =
+        test::call_service(&app, test::TestRequest::post().uri("/v1/messages").set_json(body).to_request()).await;
+    assert_eq!(response.status(), 200);
+    let prompts = backend.prompts();
+    assert!(prompts[5].contains(&format!("{SELECTED}- repo-style: ")), "{}", prompts[5]);
+    assert!(prompts[6].contains("Tabs."), "{}", prompts[6]);
+    // Brought for that request alone.
+    let listed = test::call_service(&app, test::TestRequest::get().uri("/api/skills").to_request()).await;
+    let listed: Value = test::read_body_json(listed).await;
+    assert!(!listed.to_string().contains("repo-style"), "{listed}");
 }
 
 #[actix_web::test]
@@ -145,6 +161,12 @@ async fn where_the_models_differ_a_400_names_the_field() {
             "'container.skills[0].version' asks for version 1 of 'haiku', but a turn here runs a skill's default version (2); make 1 the default with POST /v1/skills/haiku, or send 'latest'",
         ),
         ("/v1/messages", messages(json!({"skills": [{"type": "builtin", "skill_id": "haiku"}]})), "", ""),
+        (
+            "/v1/messages",
+            messages(json!({"skills": [{"type": "inline", "name": "x", "source": {"type": "url", "url": "https://x"}}]})),
+            "",
+            "'container.skills[0].source' must be",
+        ),
     ];
     for (uri, body, param, message) in cases {
         let response = test::call_service(&app, test::TestRequest::post().uri(uri).set_json(&body).to_request()).await;

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod anthropic;
+pub mod anthropic_skills;
 pub mod artifacts;
 pub mod attachments;
 pub mod background;
@@ -176,12 +177,16 @@ fn routes(config: &mut web::ServiceConfig) {
         )
         .service(
             web::resource("/v1/skills")
+                .route(web::get().guard(anthropic_skills::dialect()).to(anthropic_skills::list))
+                .route(web::post().guard(anthropic_skills::dialect()).to(anthropic_skills::create))
                 .route(web::get().to(openai_skills::list))
                 .route(web::post().to(openai_skills::create))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
             web::resource("/v1/skills/{id}")
+                .route(web::get().guard(anthropic_skills::dialect()).to(anthropic_skills::retrieve))
+                .route(web::delete().guard(anthropic_skills::dialect()).to(anthropic_skills::delete))
                 .route(web::get().to(openai_skills::retrieve))
                 .route(web::post().to(openai_skills::update))
                 .route(web::delete().to(openai_skills::delete))
@@ -194,18 +199,23 @@ fn routes(config: &mut web::ServiceConfig) {
         )
         .service(
             web::resource("/v1/skills/{id}/versions")
+                .route(web::get().guard(anthropic_skills::dialect()).to(anthropic_skills::versions))
+                .route(web::post().guard(anthropic_skills::dialect()).to(anthropic_skills::create_version))
                 .route(web::get().to(openai_skills::versions))
                 .route(web::post().to(openai_skills::create_version))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
             web::resource("/v1/skills/{id}/versions/{version}")
+                .route(web::get().guard(anthropic_skills::dialect()).to(anthropic_skills::retrieve_version))
+                .route(web::delete().guard(anthropic_skills::dialect()).to(anthropic_skills::delete_version))
                 .route(web::get().to(openai_skills::retrieve_version))
                 .route(web::delete().to(openai_skills::delete_version))
                 .default_service(web::to(ops::method_not_allowed)),
         )
         .service(
             web::resource("/v1/skills/{id}/versions/{version}/content")
+                .route(web::get().guard(anthropic_skills::dialect()).to(anthropic_skills::version_content))
                 .route(web::get().to(openai_skills::version_content))
                 .default_service(web::to(ops::method_not_allowed)),
         )
@@ -407,6 +417,8 @@ mod forced_call_tests;
 #[cfg(test)]
 mod client_prompts_tests;
 
+#[cfg(test)]
+mod anthropic_skills_tests;
 #[cfg(test)]
 mod conversations_tests;
 #[cfg(test)]

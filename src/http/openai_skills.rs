@@ -10,6 +10,7 @@
 //! versions (`default_version` and `latest_version` are null) and cannot be
 //! changed here.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -115,22 +116,26 @@ pub async fn retrieve(state: web::Data<AppState>, id: web::Path<String>) -> Resu
     Ok(HttpResponse::Ok().json(openai_skill_json(skills, &skill, true)))
 }
 
-/// What a create carried besides its files.
+/// What a create carried: its files as one staged ZIP, and the text
+/// fields the route accepts besides them.
 struct Created {
     archive: tempfile::NamedTempFile,
-    /// The `default` field of a new version, when sent.
-    default: Option<bool>,
+    fields: BTreeMap<String, String>,
 }
+
+/// The longest text field a create reads; a longer one is cut here.
+const MAX_FIELD_BYTES: usize = 1024;
 
 /// Reads the multipart body of a create: `files` holding one ZIP, or
 /// `files[]` (or `files`) holding a folder's files, each named by its path
 /// in the skill. Either way the result is one staged ZIP, which installs
-/// through the same guards as an upload.
+/// through the same guards as an upload. Text fields other than `fields`
+/// are refused by name.
 async fn read_files(
     skills: &SkillsHandle,
     request: &HttpRequest,
     payload: web::Payload,
-    allow_default: bool,
+    fields: &[&str],
 ) -> Result<Created, ApiError> {
     if crate::http::body::content_length(request).is_some_and(|n| n > MAX_UPLOAD_BYTES) {
         return Err(too_large());
@@ -148,7 +153,7 @@ async fn read_files(
     let mut received = 0usize;
     let mut zip_given = false;
     let mut folder: Option<zip::ZipWriter<std::fs::File>> = None;
-    let mut default = None;
+    let mut texts = BTreeMap::new();
     while let Some(field) = multipart.next().await {
         let mut field =
             field.map_err(|err| ApiError::bad_request(format!("the upload is not valid multipart data: {err}")))?;
@@ -190,12 +195,12 @@ async fn read_files(
                     }
                 }
             }
-            "default" if allow_default => {
+            known if fields.contains(&known) => {
                 let mut value = Vec::new();
                 while let Some(chunk) = next_chunk(&mut field, &mut received).await? {
-                    value.extend_from_slice(&chunk[..chunk.len().min(16usize.saturating_sub(value.len()))]);
+                    value.extend_from_slice(&chunk[..chunk.len().min(MAX_FIELD_BYTES.saturating_sub(value.len()))]);
                 }
-                default = Some(matches!(String::from_utf8_lossy(&value).trim(), "true" | "1"));
+                texts.insert(name, String::from_utf8_lossy(&value).trim().to_string());
             }
             other => {
                 return Err(ApiError::bad_param(
@@ -210,7 +215,7 @@ async fn read_files(
     } else if !zip_given {
         return Err(ApiError::bad_param("files", "the upload has no 'files': send one ZIP or the skill's files"));
     }
-    Ok(Created { archive: staged, default })
+    Ok(Created { archive: staged, fields: texts })
 }
 
 fn installable(skills: &SkillsHandle) -> Result<(), ApiError> {
@@ -221,6 +226,46 @@ fn installable(skills: &SkillsHandle) -> Result<(), ApiError> {
     }
 }
 
+/// What an upload makes: a new skill, or a new version of the skill `id`.
+#[derive(Clone, Copy)]
+pub(crate) enum Upload<'a> {
+    Skill,
+    VersionOf(&'a str),
+}
+
+/// Stages a create's files and installs them through the upload's guards,
+/// scan and policy, one upload at a time. `check` judges the text
+/// `fields` before anything installs, and may name the skill a new
+/// skill's archive must hold. Returns the installed skill's id.
+pub(crate) async fn install_upload(
+    skills: &SkillsHandle,
+    request: &HttpRequest,
+    payload: web::Payload,
+    upload: Upload<'_>,
+    fields: &[&str],
+    check: impl FnOnce(&BTreeMap<String, String>) -> Result<Option<String>, ApiError>,
+) -> Result<String, ApiError> {
+    installable(skills)?;
+    if let Upload::VersionOf(id) = upload {
+        skills.versions(id).map_err(ApiError::from)?;
+    }
+    let _place = upload_place().await?;
+    let created = read_files(skills, request, payload, fields).await?;
+    let named = check(&created.fields)?;
+    let file = created.archive.reopen().map_err(|err| ApiError::Internal(format!("cannot read the upload: {err}")))?;
+    let (overwrite, name) = match upload {
+        Upload::Skill => (false, named),
+        Upload::VersionOf(id) => (true, Some(id.to_string())),
+    };
+    skills.install_as(file, overwrite, name).await.map_err(ApiError::from)
+}
+
+/// The version of `id` installed last.
+pub(crate) fn newest(skills: &SkillsHandle, id: &str) -> Result<Version, ApiError> {
+    let history = skills.versions(id).map_err(ApiError::from)?;
+    history.versions.into_iter().next().ok_or_else(|| ApiError::Internal("the new version was not recorded".into()))
+}
+
 /// `POST /v1/skills`: a new skill; a name already registered is a 409
 /// (a new version of it goes to `POST /v1/skills/{id}/versions`).
 pub async fn create(
@@ -229,11 +274,7 @@ pub async fn create(
     payload: web::Payload,
 ) -> Result<HttpResponse, OpenAiError> {
     let skills = registry(&state)?;
-    installable(skills)?;
-    let _place = upload_place().await?;
-    let created = read_files(skills, &request, payload, false).await?;
-    let file = created.archive.reopen().map_err(|err| ApiError::Internal(format!("cannot read the upload: {err}")))?;
-    let id = skills.install_as(file, false, None).await.map_err(ApiError::from)?;
+    let id = install_upload(skills, &request, payload, Upload::Skill, &[], |_| Ok(None)).await?;
     let skill = lookup(&skills.snapshot(), &id)?;
     Ok(HttpResponse::Ok().json(openai_skill_json(skills, &skill, false)))
 }
@@ -245,7 +286,7 @@ struct Update {
     default_version: String,
 }
 
-fn version_number(id: &str, text: &str) -> Result<u32, ApiError> {
+pub(crate) fn version_number(id: &str, text: &str) -> Result<u32, ApiError> {
     text.trim().parse::<u32>().map_err(|_| {
         ApiError::bad_param(
             "version",
@@ -275,15 +316,19 @@ pub async fn delete(state: web::Data<AppState>, id: web::Path<String>) -> Result
     Ok(HttpResponse::Ok().json(json!({"id": id.into_inner(), "object": "skill.deleted", "deleted": true})))
 }
 
-/// One version in OpenAI's shape; its name and description are read from
-/// that version's own SKILL.md.
-fn version_json(id: &str, folder: Option<PathBuf>, version: &Version) -> Value {
-    let description = folder
+/// The description in one version's own SKILL.md, read through the guard.
+pub(crate) fn version_description(id: &str, folder: Option<PathBuf>) -> String {
+    folder
         .and_then(|folder| path_guard::open_file(&folder, "SKILL.md").ok())
         .and_then(|opened| std::io::read_to_string(opened.file).ok())
         .and_then(|text| parse_manifest(&text, Some(id)).ok())
         .map(|manifest| manifest.description)
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// One version in OpenAI's shape.
+fn version_json(id: &str, folder: Option<PathBuf>, version: &Version) -> Value {
+    let description = version_description(id, folder);
     json!({
         "id": format!("{id}@{}", version.version),
         "object": "skill.version",
@@ -320,27 +365,22 @@ pub async fn create_version(
     id: web::Path<String>,
 ) -> Result<HttpResponse, OpenAiError> {
     let skills = registry(&state)?;
-    installable(skills)?;
-    skills.versions(&id).map_err(ApiError::from)?;
-    let _place = upload_place().await?;
-    let created = read_files(skills, &request, payload, true).await?;
-    if created.default == Some(false) {
-        return Err(ApiError::bad_param(
+    let default = |fields: &BTreeMap<String, String>| {
+        match fields.get("default").map(String::as_str) {
+        None | Some("true" | "1") => Ok(None),
+        Some(_) => Err(ApiError::bad_param(
             "default",
             "a new version always becomes the default here; send default=true or leave it out, then POST /v1/skills/{id} with an earlier default_version to go back",
-        )
-        .into());
+        )),
     }
-    let file = created.archive.reopen().map_err(|err| ApiError::Internal(format!("cannot read the upload: {err}")))?;
-    skills.install_as(file, true, Some(id.to_string())).await.map_err(ApiError::from)?;
-    let history = skills.versions(&id).map_err(ApiError::from)?;
-    let newest =
-        history.versions.first().ok_or_else(|| ApiError::Internal("the new version was not recorded".into()))?;
-    Ok(HttpResponse::Ok().json(version_json(&id, skills.version_folder(&id, newest.version).ok(), newest)))
+    };
+    install_upload(skills, &request, payload, Upload::VersionOf(&id), &["default"], default).await?;
+    let newest = newest(skills, &id)?;
+    Ok(HttpResponse::Ok().json(version_json(&id, skills.version_folder(&id, newest.version).ok(), &newest)))
 }
 
 /// The recorded version `version` of `id`.
-fn find_version(skills: &SkillsHandle, id: &str, version: &str) -> Result<Version, ApiError> {
+pub(crate) fn find_version(skills: &SkillsHandle, id: &str, version: &str) -> Result<Version, ApiError> {
     let number = version_number(id, version)?;
     let history = skills.versions(id).map_err(ApiError::from)?;
     history
@@ -368,10 +408,14 @@ pub async fn delete_version(
 ) -> Result<HttpResponse, OpenAiError> {
     let (id, version) = params.into_inner();
     find_version(registry(&state)?, &id, &version)?;
-    Err(ApiError::bad_request(format!(
+    Err(one_version_alone(&id).into())
+}
+
+/// Why one version of `id` cannot be deleted.
+pub(crate) fn one_version_alone(id: &str) -> ApiError {
+    ApiError::bad_request(format!(
         "one version cannot be deleted alone here: versions past --skills-keep-versions leave by themselves, and DELETE /v1/skills/{id} removes the skill with every version"
     ))
-    .into())
 }
 
 /// A skill folder as a ZIP download.
@@ -400,12 +444,17 @@ pub async fn version_content(
     params: web::Path<(String, String)>,
 ) -> Result<HttpResponse, OpenAiError> {
     let (id, version) = params.into_inner();
-    let skills = registry(&state)?;
-    let found = find_version(skills, &id, &version)?;
-    let folder = skills.version_folder(&id, found.version).map_err(ApiError::from)?;
+    Ok(version_zip(&state, &id, &version).await?)
+}
+
+/// The files of version `version` of `id` as a ZIP download.
+pub(crate) async fn version_zip(state: &AppState, id: &str, version: &str) -> Result<HttpResponse, ApiError> {
+    let skills = registry(state)?;
+    let found = find_version(skills, id, version)?;
+    let folder = skills.version_folder(id, found.version).map_err(ApiError::from)?;
     let skill = web::block(move || load_skill(&folder, Origin::Installed, &skip_set()))
         .await
         .map_err(|err| ApiError::Internal(format!("the version could not be read: {err}")))?
         .map_err(|err| ApiError::Internal(format!("the version could not be read: {err}")))?;
-    Ok(zip_response(Arc::new(skill)).await?)
+    zip_response(Arc::new(skill)).await
 }

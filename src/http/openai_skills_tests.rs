@@ -7,25 +7,7 @@ use serde_json::{json, Value};
 
 use crate::http::configure;
 use crate::http::openai_skills::MAX_PAGE_ITEMS;
-use crate::http::test_server::{install_only, TestServer};
-
-/// A multipart body with the given parts: (field, filename, bytes).
-fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
-    let boundary = "skillhostopenaiboundary";
-    let mut body = Vec::new();
-    for (field, filename, bytes) in parts {
-        body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n\r\n"
-            )
-            .as_bytes(),
-        );
-        body.extend_from_slice(bytes);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
-}
+use crate::http::test_server::{install_only, multipart, TestServer};
 
 fn create(uri: &str, parts: &[(&str, &str, &[u8])]) -> actix_http::Request {
     let (content_type, body) = multipart(parts);

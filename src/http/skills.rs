@@ -443,7 +443,7 @@ pub async fn api_rollback(
     Ok(HttpResponse::Ok().json(json!({"id": id.into_inner(), "current": version})))
 }
 
-fn timestamp(unix: u64) -> String {
+pub(crate) fn timestamp(unix: u64) -> String {
     DateTime::<Utc>::from_timestamp(unix as i64, 0).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 

@@ -112,6 +112,23 @@ pub(crate) fn multipart_body(archive: &[u8]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// A multipart body with the given parts, each (field, filename, bytes);
+/// an empty filename makes a text field.
+pub(crate) fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "skillhostpartsboundary";
+    let mut body = Vec::new();
+    for (field, filename, bytes) in parts {
+        let filename = if filename.is_empty() { String::new() } else { format!("; filename=\"{filename}\"") };
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"{filename}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
 /// A skill upload of `archive` to `uri` (`/api/skills`, with
 /// `?overwrite=true` to replace).
 pub(crate) fn upload_request(uri: &str, archive: &[u8]) -> actix_http::Request {

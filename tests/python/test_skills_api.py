@@ -364,6 +364,52 @@ def test_the_openai_sdk_creates_versions_lists_and_deletes_skills_unchanged(skil
         client.skills.retrieve("haiku")
 
 
+def test_the_anthropic_sdk_creates_versions_lists_and_deletes_skills_unchanged(skills_server):
+    """`client.beta.skills` of the official SDK, unchanged, on the same
+    paths: its headers select Anthropic's shapes and errors."""
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=skills_server.url, api_key="unused")
+    skill_md = SKILL_MD.format(name="sonnet")
+    created = claude.beta.skills.create(
+        files=[("sonnet/SKILL.md", skill_md.encode()), ("sonnet/notes.md", b"one\n")], display_name="sonnet"
+    )
+    assert (created.id, created.type, created.display_name, created.source.type) == ("sonnet", "skill", "sonnet", "custom")
+    assert created.latest_version_id == "1" and created.created_at.year >= 2024
+
+    version = claude.beta.skills.versions.create("sonnet", files=[("sonnet/SKILL.md", skill_md.encode())])
+    assert (version.type, version.id, version.skill_id, version.description) == (
+        "skill_version",
+        "2",
+        "sonnet",
+        "Does sonnet things.",
+    )
+    assert [v.id for v in claude.beta.skills.versions.list("sonnet", limit=1)] == ["1", "2"]
+    assert claude.beta.skills.versions.retrieve("1", skill_id="sonnet").name == "sonnet"
+    assert claude.beta.skills.retrieve("sonnet").latest_version_id == "2"
+    with zipfile.ZipFile(io.BytesIO(claude.beta.skills.versions.download("1", skill_id="sonnet").read())) as zf:
+        assert zf.read("notes.md") == b"one\n"
+
+    # Every page, two at a time, as the SDK follows next_page.
+    assert [s.id for s in claude.beta.skills.list(limit=2)] == sorted(PUBLISHED + ["sonnet"])
+    assert [s.id for s in claude.beta.skills.list(source="custom")] == ["sonnet"]
+    assert {s.source.type for s in claude.beta.skills.list(source="anthropic")} == {"anthropic"}
+
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.beta.skills.create(files=[("lyric/SKILL.md", SKILL_MD.format(name="lyric").encode())], display_name="Lyric")
+    assert "the archive holds the skill 'lyric', not 'Lyric'" in str(refused.value)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.beta.skills.versions.delete("1", skill_id="sonnet")
+    assert "one version cannot be deleted alone here" in str(refused.value)
+    with pytest.raises(anthropic.ConflictError):
+        claude.beta.skills.create(files=[("sonnet/SKILL.md", skill_md.encode())])
+
+    deleted = claude.beta.skills.delete("sonnet")
+    assert (deleted.id, deleted.type) == ("sonnet", "skill_deleted")
+    with pytest.raises(anthropic.NotFoundError):
+        claude.beta.skills.retrieve("sonnet")
+
+
 def test_the_sdks_select_skills_the_way_their_hosted_apis_do(skills_server):
     """The Responses shell tool's environment and Messages' container.skills,
     sent by the official SDKs unchanged; a version this server cannot honour
@@ -406,6 +452,16 @@ def test_the_sdks_select_skills_the_way_their_hosted_apis_do(skills_server):
         container={"skills": [{"type": "custom", "skill_id": "mcp-builder", "version": "latest"}]},
     )
     assert message.type == "message"
+    # The Responses inline form, in container.skills: brought for one request.
+    inline = {k: v for k, v in environment["skills"][1].items() if k != "description"}
+    message = claude.messages.create(
+        model=model,
+        max_tokens=8,
+        messages=[{"role": "user", "content": "Say hi."}],
+        container={"skills": [inline]},
+    )
+    assert message.type == "message"
+    assert "repo-style" not in [s["id"] for s in httpx.get(skills_server.url + "/api/skills").json()["skills"]]
     with pytest.raises(anthropic.BadRequestError) as refused:
         claude.messages.create(
             model=model, max_tokens=8, messages=[{"role": "user", "content": "Say hi."}], container="cntr_reused"

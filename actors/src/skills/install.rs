@@ -253,7 +253,7 @@ pub fn install_archive<R: Read + Seek>(
     let name = skill.id().to_string();
     if let Some(expected) = expected.filter(|expected| *expected != name) {
         return Err(rejected(format!(
-            "the archive holds the skill '{name}', not '{expected}': a new version keeps its skill's name"
+            "the archive holds the skill '{name}', not '{expected}'; a skill's name is the name in its SKILL.md, and a new version keeps it"
         )));
     }
     let mut findings = skill.findings.clone();
