@@ -292,6 +292,18 @@ async fn a_fetch_reads_up_to_its_limit_and_not_a_byte_more() {
     assert!(matches!(over, Err(FetchError::TooLarge(_))), "{over:?}");
 }
 
+/// A name goes through the fetch's own resolver: `localhost` reaches this
+/// machine (any other name resolving here is refused, as the resolver's
+/// unit tests show).
+#[actix_web::test]
+async fn a_fetch_by_name_resolves_through_the_guard() {
+    let origin = origin(vec![("/index.json".into(), Reply::Bytes(b"{}".to_vec()))]).await;
+    let by_name = origin.base.replace("127.0.0.1", "localhost");
+    let domains = Domains::parse(&["localhost".to_string()]).unwrap();
+    let fetched = fetch::fetch(&format!("{by_name}/index.json"), &domains, MAX_INDEX_BYTES, &mut Vec::new()).await;
+    assert_eq!(fetched.unwrap().bytes, 2);
+}
+
 /// A server publishing the skill `shared` (with a script) found in a root.
 async fn publisher(root: &Path, publish: Publish) -> crate::http::test_server::Running {
     let skill = root.join("shared");

@@ -179,13 +179,104 @@ pub struct Fetched {
     pub url: Url,
 }
 
+/// Whether a host name found through DNS may lead to `ip`: not this
+/// machine, a private or shared (carrier) network, a link-local address
+/// (where clouds answer metadata), nor a multicast, documentation,
+/// benchmarking, reserved or unspecified one. IPv4 carried in IPv6
+/// (mapped, or behind NAT64's well-known prefix) is judged as that IPv4.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            !(v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 198 && (b == 18 || b == 19)))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(v4.into());
+            }
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return is_public(std::net::Ipv4Addr::from(u128::from(v6) as u32).into());
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
+        }
+    }
+}
+
+/// A name that resolved only to addresses a fetch by name may not reach.
+#[derive(Debug)]
+struct InsideAddress(String);
+
+impl std::fmt::Display for InsideAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InsideAddress {}
+
+/// The addresses of `host` a fetch may connect to. The allow-list judges
+/// names; this judges where a name leads, so an allowed name (one under a
+/// wildcard most of all) whose DNS points at this machine, its networks or
+/// a cloud's metadata address reaches none of them. `localhost` may lead
+/// to this machine, as its plain HTTP may; an address the operator wants
+/// fetched from is listed as itself, and no DNS is asked for it.
+fn keep_public(host: &str, found: Vec<std::net::SocketAddr>) -> Result<Vec<std::net::SocketAddr>, InsideAddress> {
+    if is_loopback(host) {
+        return Ok(found.into_iter().filter(|addr| addr.ip().is_loopback()).collect());
+    }
+    let (public, inside): (Vec<_>, Vec<_>) = found.into_iter().partition(|addr| is_public(addr.ip()));
+    if public.is_empty() && !inside.is_empty() {
+        let listed: Vec<String> = inside.iter().map(|addr| addr.ip().to_string()).collect();
+        return Err(InsideAddress(format!(
+            "{host} resolves only to {}, which is not a public address; a fetch by name reaches public addresses only (list an address itself in --skills-install-domains to fetch from it)",
+            listed.join(", ")
+        )));
+    }
+    Ok(public)
+}
+
+/// The DNS resolver of every fetch: the system's, through [`keep_public`].
+/// (A proxy named in the environment resolves the names it is sent, so
+/// this judges only fetches that connect by themselves.)
+struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found: Vec<_> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let kept = keep_public(host.trim_end_matches('.'), found)?;
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// The client every fetch uses: it follows no redirect by itself (each is
-/// judged here), and it skips any proxy for this machine's own addresses.
+/// judged here), resolves names through [`PublicOnly`], and skips any
+/// proxy for this machine's own addresses.
 fn client(url: &Url) -> Result<reqwest::Client, FetchError> {
     // reqwest is built without a TLS provider of its own; ring is the one
     // already in the tree. Installing it twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = reqwest::Client::builder()
+        .dns_resolver(std::sync::Arc::new(PublicOnly))
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
         .user_agent(concat!("skillhost/", env!("CARGO_PKG_VERSION")));
@@ -220,11 +311,10 @@ async fn fetch_within<W: AsyncWrite + Unpin>(
     domains.check(&url, "the URL")?;
     let mut hops = 0;
     let mut response = loop {
-        let response = client(&url)?
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(|err| FetchError::Remote(format!("{url} could not be fetched: {}", error_chain(&err))))?;
+        let response = client(&url)?.get(url.clone()).send().await.map_err(|err| match inside_address(&err) {
+            Some(why) => FetchError::NotAllowed(format!("{url} cannot be fetched: {why}")),
+            None => FetchError::Remote(format!("{url} could not be fetched: {}", error_chain(&err))),
+        })?;
         if !response.status().is_redirection() {
             break response;
         }
@@ -285,6 +375,18 @@ pub async fn fetch_verified<W: AsyncWrite + Unpin>(
         });
     }
     Ok(fetched)
+}
+
+/// The refusal of [`keep_public`] among an error's causes, if it is one.
+fn inside_address(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(err);
+    while let Some(error) = cause {
+        if let Some(inside) = error.downcast_ref::<InsideAddress>() {
+            return Some(inside.0.clone());
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// reqwest's error with its causes: its own text is often only "error
@@ -355,6 +457,49 @@ mod tests {
             assert!(Domains::parse(&[bad.to_string()]).is_err(), "{bad} was accepted");
         }
         assert_eq!(domains(&[" GitHub.COM. ", ""]), domains(&["github.com"]));
+    }
+
+    #[test]
+    fn a_name_leads_only_to_public_addresses() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        for inside in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "192.0.0.8",
+            "198.18.0.1",
+            "203.0.113.9",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "2001:db8::1",
+        ] {
+            assert!(!is_public(ip(inside)), "{inside}");
+        }
+        for public in ["1.1.1.1", "140.82.112.3", "100.128.0.1", "2606:4700::1111", "64:ff9b::101:101"] {
+            assert!(is_public(ip(public)), "{public}");
+        }
+    }
+
+    #[test]
+    fn a_name_that_resolves_inside_is_refused_and_mixed_answers_keep_the_public_part() {
+        let addr = |text: &str| std::net::SocketAddr::new(text.parse().unwrap(), 0);
+        let refused = keep_public("skills.example.com", vec![addr("169.254.169.254"), addr("10.0.0.1")]).unwrap_err();
+        assert!(refused.0.starts_with("skills.example.com resolves only to 169.254.169.254, 10.0.0.1"), "{refused}");
+        let kept = keep_public("skills.example.com", vec![addr("10.0.0.1"), addr("1.1.1.1")]).unwrap();
+        assert_eq!(kept, vec![addr("1.1.1.1")]);
+        // localhost reaches this machine, and only this machine.
+        let kept = keep_public("localhost", vec![addr("127.0.0.1"), addr("::1"), addr("10.0.0.1")]).unwrap();
+        assert_eq!(kept, vec![addr("127.0.0.1"), addr("::1")]);
     }
 
     #[test]
