@@ -140,7 +140,10 @@ fn install_one(
     let current = scan_under(&config.roots, config.policy.roots);
     let options = InstallOptions {
         overwrite,
-        name: None,
+        // The index's name is what the operator chose to install, and with
+        // --overwrite it is what gets replaced: an entry whose archive holds
+        // another skill is refused, so it can never replace that one.
+        name: source.listed_as.clone(),
         limits: ZipLimits::default(),
         keep: config.keep_versions,
         policy: config.policy.installs,
@@ -156,16 +159,8 @@ fn install_one(
         }
         other => other.to_string(),
     })?;
-    let mut line = format!(
+    Ok(format!(
         "installed {} version {} from {} (sha256:{})\n",
         installed.name, installed.version, fetched.url, fetched.sha256
-    );
-    if let Some(listed) = source.listed_as.as_deref().filter(|listed| *listed != installed.name) {
-        let _ = writeln!(
-            line,
-            "      warning: the index lists it as '{listed}', but its SKILL.md names it '{}'",
-            installed.name
-        );
-    }
-    Ok(line)
+    ))
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use actix_web::{test, web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use skillhost_actors::skills::discovery::{Publish, SCHEMA};
+use skillhost_actors::skills::discovery::{Publish, INDEX_PATH, SCHEMA};
 use skillhost_actors::skills::fetch::{self, Domains, FetchError, MAX_INDEX_BYTES, MAX_REDIRECTS};
 use skillhost_actors::skills::{Origin, Root, SkillsConfig};
 
@@ -449,4 +449,33 @@ async fn skills_add_installs_from_an_index_or_an_archive_and_its_digest() {
     assert!(!ok);
     assert!(report.contains("has the digest sha256:"), "{report}");
     assert_eq!(skillhost_actors::skills::versions::history(&install, "shared").versions.len(), 1);
+}
+
+/// An index entry whose archive holds another skill than the entry names
+/// is refused: with --overwrite it would otherwise replace a skill the
+/// operator never chose.
+#[actix_web::test]
+async fn skills_add_refuses_an_entry_whose_archive_holds_another_skill() {
+    let root = tempfile::tempdir().unwrap();
+    let publishing = publisher(root.path(), Publish::Everything).await;
+    let base = serve(publishing.state.clone());
+    let domains = Domains::parse(&["127.0.0.1".to_string()]).unwrap();
+    let mut index = Vec::new();
+    fetch::fetch(&format!("{base}{INDEX_PATH}"), &domains, MAX_INDEX_BYTES, &mut index).await.unwrap();
+    let mut index: Value = serde_json::from_slice(&index).unwrap();
+    let skills = index["skills"].as_array_mut().unwrap();
+    skills.retain(|entry| entry["name"] == "shared");
+    skills[0]["name"] = json!("private");
+    skills[0]["url"] = json!(format!("{base}/.well-known/agent-skills/shared.zip"));
+    let mislabelled = origin(vec![(INDEX_PATH.into(), Reply::Bytes(index.to_string().into_bytes()))]).await;
+
+    let target = tempfile::tempdir().unwrap();
+    std::fs::create_dir(target.path().join("none")).unwrap();
+    let install = target.path().join("installed");
+    let mut args = add_args(&install, mislabelled.base.clone(), None);
+    args.overwrite = true;
+    let (report, ok) = skills_add(args).await.unwrap();
+    assert!(!ok, "{report}");
+    assert!(report.contains("the archive holds the skill 'shared', not 'private'"), "{report}");
+    assert!(installed(&install).is_empty(), "{report}");
 }
