@@ -123,8 +123,9 @@ struct Created {
     fields: BTreeMap<String, String>,
 }
 
-/// The longest text field a create reads; a longer one is cut here.
-const MAX_FIELD_BYTES: usize = 1024;
+/// The longest text field a create takes (`default`, `display_name`);
+/// a longer one is refused rather than cut.
+pub const MAX_FIELD_BYTES: usize = 1024;
 
 /// Reads the multipart body of a create: `files` holding one ZIP, or
 /// `files[]` (or `files`) holding a folder's files, each named by its path
@@ -198,7 +199,13 @@ async fn read_files(
             known if fields.contains(&known) => {
                 let mut value = Vec::new();
                 while let Some(chunk) = next_chunk(&mut field, &mut received).await? {
-                    value.extend_from_slice(&chunk[..chunk.len().min(MAX_FIELD_BYTES.saturating_sub(value.len()))]);
+                    value.extend_from_slice(&chunk);
+                    if value.len() > MAX_FIELD_BYTES {
+                        return Err(ApiError::bad_param(
+                            &name,
+                            format!("'{name}' is longer than the limit of {MAX_FIELD_BYTES} bytes"),
+                        ));
+                    }
                 }
                 texts.insert(name, String::from_utf8_lossy(&value).trim().to_string());
             }
@@ -286,7 +293,7 @@ struct Update {
     default_version: String,
 }
 
-pub(crate) fn version_number(id: &str, text: &str) -> Result<u32, ApiError> {
+fn version_number(id: &str, text: &str) -> Result<u32, ApiError> {
     text.trim().parse::<u32>().map_err(|_| {
         ApiError::bad_param(
             "version",

@@ -6,7 +6,7 @@ use actix_web::{test, App};
 use serde_json::{json, Value};
 
 use crate::http::configure;
-use crate::http::openai_skills::MAX_PAGE_ITEMS;
+use crate::http::openai_skills::{MAX_FIELD_BYTES, MAX_PAGE_ITEMS};
 use crate::http::test_server::{install_only, multipart, TestServer};
 
 fn create(uri: &str, parts: &[(&str, &str, &[u8])]) -> actix_http::Request {
@@ -95,6 +95,22 @@ async fn each_malformed_request_is_told_what_was_wrong() {
     }
     // The traversing path never reached the install folder.
     assert!(!install.path().join("evil").exists() && !install.path().parent().unwrap().join("SKILL.md").exists());
+
+    // A text field at its limit is read; one byte past it is refused, not cut.
+    for (padding, status) in [(MAX_FIELD_BYTES - 1, 200), (MAX_FIELD_BYTES, 400)] {
+        let default = format!("1{}", " ".repeat(padding));
+        let request =
+            create("/v1/skills/demo/versions", &[("files", "demo.zip", &zip), ("default", "", default.as_bytes())]);
+        let response = test::call_service(&app, request).await;
+        assert_eq!(response.status(), status, "{} bytes", padding + 1);
+        if status == 400 {
+            let body: Value = test::read_body_json(response).await;
+            assert_eq!(
+                body["error"]["message"],
+                format!("'default' is longer than the limit of {MAX_FIELD_BYTES} bytes")
+            );
+        }
+    }
 
     for (limit, status) in [(0, 400), (1, 200), (MAX_PAGE_ITEMS, 200), (MAX_PAGE_ITEMS + 1, 400)] {
         let request = test::TestRequest::get().uri(&format!("/v1/skills?limit={limit}")).to_request();
