@@ -145,7 +145,9 @@ endif
 # in, and CMake keeps a build folder's first flags, so such a llama.cpp is
 # removed and built again. So is one built with llamafile's tinyBLAS (before
 # .cargo/config.toml turned it off): cargo does not rebuild it by itself, as
-# the variable was not set when it was built.
+# the variable was not set when it was built. So is one configured without
+# the current engine/llama-patch/patch.cmake (its hash, which the patch
+# writes into the build folder, differs), for the same reason.
 cpu-guard:
 	@flags=$$( (grep -m1 '^flags' /proc/cpuinfo; echo "$(NO_AMX)") | sha256sum | cut -c1-16); \
 	stamp=$(TARGET_DIR)/release/.cpu-flags; \
@@ -166,6 +168,14 @@ cpu-guard:
 	@for cache in $(TARGET_DIR)/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do \
 		if [ -f "$$cache" ] && grep -q '^GGML_LLAMAFILE:BOOL=ON' "$$cache"; then \
 			echo "llama.cpp in $(TARGET_DIR) was built with llamafile's kernels: rebuilding it"; \
+			$(CARGO) clean -p llama-cpp-sys-2 --release; \
+			break; \
+		fi; \
+	done
+	@patch=$$(sha256sum engine/llama-patch/patch.cmake | cut -d' ' -f1); \
+	for build in $(TARGET_DIR)/release/build/llama-cpp-sys-2-*/out/build; do \
+		if [ -f "$$build/CMakeCache.txt" ] && [ "$$(cat "$$build/skillhost-llama-patch.sha256" 2>/dev/null)" != "$$patch" ]; then \
+			echo "llama.cpp in $(TARGET_DIR) was built without this engine/llama-patch/patch.cmake: rebuilding it"; \
 			$(CARGO) clean -p llama-cpp-sys-2 --release; \
 			break; \
 		fi; \

@@ -159,17 +159,17 @@ fn step_costs(flash_attn: i32, copies: usize) -> (usize, Vec<(usize, f64)>) {
     (base, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
 }
 
-/// Prints [`step_costs`] as ratios to a step of one position, with flash
-/// attention off (as drafting is measured), and with `more` also with the
-/// engine's default (`auto`, on for the CPU), and at a context four times
-/// as long.
+/// Prints [`step_costs`] as ratios to a step of one position, on the
+/// engine's default (`auto`: on the CPU, unfused for steps this small, as
+/// drafting is measured), and with `more` also fused everywhere (`on`,
+/// llama-server's default), and at a context four times as long.
 pub fn print_step_costs(more: bool) {
-    let (auto, off) = (super::flash_attn(), flash_attn_off());
-    let mut cases = vec![("off", off, 1)];
+    let (auto, on) = (super::flash_attn(), skillhost_engine::flash_attention(FlashAttn::On));
+    let mut cases = vec![("auto", auto, 1)];
     if more {
-        cases.push(("auto", auto, 1));
-        cases.push(("off", off, 4));
+        cases.push(("on", on, 1));
         cases.push(("auto", auto, 4));
+        cases.push(("on", on, 4));
     }
     println!("a decode step of one sequence by the positions it holds, median of {STEP_REPS}, ratios to one position:");
     for (name, policy, copies) in cases {
@@ -178,10 +178,6 @@ pub fn print_step_costs(more: bool) {
         let row: Vec<String> = costs.iter().skip(1).map(|(size, ms)| format!("{size}: {:.2}×", ms / one)).collect();
         println!("  flash attention {name:<4} at {context:>5} tokens of context: 1: {one:.2} ms, {}", row.join(", "));
     }
-}
-
-fn flash_attn_off() -> i32 {
-    skillhost_engine::flash_attention(FlashAttn::Off, false)
 }
 
 pub fn run() {
@@ -197,9 +193,9 @@ pub fn run() {
             (prose_prompt(&format!("a traveller, day {i}")), 300)
         });
     }
-    // Drafting as the engine runs it by default (flash attention auto,
-    // which drafting turns off on the CPU) against the same attention
-    // without drafting.
+    // Drafting as the engine runs it by default (flash attention auto: on
+    // the CPU, fused for prefill only) against the same attention without
+    // drafting.
     let start = |spec_lookup, flash_attn| {
         let config = EngineConfig {
             model_path: PathBuf::from(super::MODEL),
@@ -211,8 +207,8 @@ pub fn run() {
         };
         Engine::start(config).expect("the engine").0
     };
-    let (plain, drafting) = runtime.block_on(async { (start(false, FlashAttn::Off), start(true, FlashAttn::Auto)) });
-    println!("speculative decoding from the context (greedy, {RUNS} runs each, --spec-lookup ÷ --flash-attn off):");
+    let (plain, drafting) = runtime.block_on(async { (start(false, FlashAttn::Auto), start(true, FlashAttn::Auto)) });
+    println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on flash attention auto):");
     for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
         measure(&runtime, (&plain, &drafting), name, prompts);
     }

@@ -39,23 +39,45 @@ pub fn backend() -> Result<&'static LlamaBackend, String> {
 /// Whether llama.cpp was built with a GPU backend.
 pub const GPU_BUILD: bool = cfg!(any(feature = "cuda", feature = "vulkan"));
 
-/// llama.cpp's flash-attention policy for `setting`, with `drafting` on
-/// (`--spec-lookup`) or off.
+/// The flash-attention policy skillhost patches into llama.cpp
+/// (`engine/llama-patch/patch.cmake`): graphs of at least 64 query rows run
+/// the fused kernel, every smaller one the unfused kernels, over one KV
+/// cache laid out for the unfused ones.
+pub const FLASH_ATTN_FOR_PREFILL: llama_flash_attn_type = 2;
+
+extern "C" {
+    /// Defined only by the patched llama.cpp, so the engine does not link
+    /// against one without the policy: unpatched, llama.cpp would read the
+    /// value as "on" and abort when it logs the policy's name.
+    fn skillhost_flash_attn_for_prefill() -> llama_flash_attn_type;
+}
+
+/// [`FLASH_ATTN_FOR_PREFILL`], as the linked llama.cpp defines it.
+fn patched_prefill_policy() -> llama_flash_attn_type {
+    // SAFETY: a function of no arguments that returns a constant.
+    unsafe { skillhost_flash_attn_for_prefill() }
+}
+
+/// llama.cpp's flash-attention policy for `setting`.
 ///
-/// Drafting checks a step of several positions and must get from each the
-/// logits a step of that one position would give, or greedy output would
-/// change where two tokens nearly tie. On the CPU, ggml's fused attention
-/// does not: from 512 cells of context on, it splits a one-position step's
-/// context across threads and adds the parts up in another order than it
-/// adds up a step of several. Its unfused kernels compute every dot product
-/// whole, one row at a time, whatever the step holds (with llamafile's
-/// tinyBLAS left out: `.cargo/config.toml`). So drafting on the CPU turns
-/// the fused kernel off; the configuration refuses `--flash-attn on` with
-/// `--spec-lookup` there.
-pub fn flash_attention(setting: FlashAttn, drafting: bool) -> llama_flash_attn_type {
+/// On the CPU, ggml's fused attention prefills faster than the unfused
+/// kernels but decodes slower, and from 512 cells of context on it splits a
+/// one-position step's context across threads and adds the parts up in
+/// another order than it adds up a step of several. So a drafted step
+/// (`--spec-lookup`) would not give each position the logits a step of that
+/// one position gives, and greedy output could change where two tokens
+/// nearly tie. The unfused kernels compute every dot product whole, one row
+/// at a time, whatever the step holds (with llamafile's tinyBLAS left out:
+/// `.cargo/config.toml`). `auto` on the CPU is therefore fused for prefill
+/// only: decode and drafted steps (at most `MAX_STEP_TOKENS_WITH_DRAFTS`
+/// positions, far below the 64 rows) always run unfused. `on` is fused
+/// everywhere, as llama-server's `-fa on`; the configuration refuses it
+/// with `--spec-lookup` on the CPU. On a GPU build `auto` is llama.cpp's
+/// own choice.
+pub fn flash_attention(setting: FlashAttn) -> llama_flash_attn_type {
     match setting {
-        FlashAttn::Auto if drafting && !GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        FlashAttn::Auto => LLAMA_FLASH_ATTN_TYPE_AUTO,
+        FlashAttn::Auto if GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_AUTO,
+        FlashAttn::Auto => patched_prefill_policy(),
         FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
         FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,
     }
@@ -66,6 +88,7 @@ pub(crate) fn flash_attention_name(policy: llama_flash_attn_type) -> &'static st
     match policy {
         LLAMA_FLASH_ATTN_TYPE_ENABLED => "on",
         LLAMA_FLASH_ATTN_TYPE_DISABLED => "off",
+        FLASH_ATTN_FOR_PREFILL => "on for prefill",
         _ => "llama.cpp's choice",
     }
 }
@@ -197,4 +220,19 @@ fn kv_cache_bytes(model: &LlamaModel, architecture: &str, n_ctx: u32) -> u64 {
         .unwrap_or(model.n_embd().max(0) as u64 / heads);
     let per_cell = u64::from(model.n_layer()) * u64::from(model.n_head_kv()) * head_width * 2 * 2;
     per_cell * u64::from(n_ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_linked_llama_cpp_has_the_prefill_policy() {
+        assert_eq!(patched_prefill_policy(), FLASH_ATTN_FOR_PREFILL);
+        assert_eq!(flash_attention_name(FLASH_ATTN_FOR_PREFILL), "on for prefill");
+        let auto = if GPU_BUILD { LLAMA_FLASH_ATTN_TYPE_AUTO } else { FLASH_ATTN_FOR_PREFILL };
+        assert_eq!(flash_attention(FlashAttn::Auto), auto);
+        assert_eq!(flash_attention(FlashAttn::On), LLAMA_FLASH_ATTN_TYPE_ENABLED);
+        assert_eq!(flash_attention(FlashAttn::Off), LLAMA_FLASH_ATTN_TYPE_DISABLED);
+    }
 }

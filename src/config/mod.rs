@@ -311,10 +311,10 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
-    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; on the CPU it runs attention unfused (--flash-attn auto becomes off, on is refused)
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; on the CPU it needs unfused decode steps (--flash-attn auto or off; on is refused)
     #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", help_heading = MODEL)]
     pub spec_lookup: bool,
-    /// llama.cpp's flash attention (auto, on or off), as llama-server's -fa; on the CPU, off decodes faster at long context but prefills slower (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it, off on the CPU with --spec-lookup]
+    /// llama.cpp's flash attention (auto, on or off), as llama-server's -fa; on the CPU auto runs the fused kernel for prefill and the unfused ones for decoding, which is faster at both (see docs/deployment.md) [default: auto; on a GPU build, llama.cpp's choice]
     #[arg(long = "flash-attn", env = "SKILLHOST_FLASH_ATTN", help_heading = MODEL)]
     pub flash_attn: Option<FlashAttnArg>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
@@ -960,9 +960,9 @@ impl ServeArgs {
             }
             None => {}
         }
-        // Drafting keeps greedy output exact only with unfused attention on
-        // the CPU (see `skillhost_engine::flash_attention`), which `auto`
-        // picks there; an explicit `on` would silently give that up.
+        // Drafting keeps greedy output exact only where decode steps run
+        // unfused attention on the CPU (see `skillhost_engine::flash_attention`),
+        // as `auto` and `off` do; `on` runs every step fused.
         if self.spec_lookup && self.flash_attn == Some(FlashAttnArg::On) && !skillhost_engine::GPU_BUILD {
             return Err(ConfigError(
                 "--spec-lookup needs --flash-attn auto or off on the CPU: with ggml's fused attention a drafted step adds up attention in another order than an undrafted one, so greedy output could change".into(),
@@ -1977,7 +1977,7 @@ skills-watch: true
         assert_eq!(flash(&["--config", &file.to_string_lossy()]).unwrap(), FlashAttn::Off);
         let err = flash(&["--flash-attn", "fast"]).unwrap_err().0;
         assert!(err.contains("fast") && err.contains("auto"), "{err}");
-        // Drafting takes auto (which the engine turns off on the CPU) or off.
+        // Drafting takes auto (unfused decode steps on the CPU) or off.
         assert_eq!(flash(&["--spec-lookup"]).unwrap(), FlashAttn::Auto);
         assert_eq!(flash(&["--spec-lookup", "--flash-attn", "off"]).unwrap(), FlashAttn::Off);
         let on = flash(&["--spec-lookup", "--flash-attn", "on"]);

@@ -1,0 +1,113 @@
+# Fused attention for prefill only: a flash-attention policy llama.cpp does
+# not have, patched into the llama.cpp that llama-cpp-sys-2 builds.
+#
+# Why: on the CPU, ggml's fused attention kernel prefills faster than the
+# unfused one (1.4x on a fresh 3,000-token prompt), but decodes slower
+# (a one-position step pays more for every token of context), and it adds
+# up a one-position step in another order than a step of several, so drafted
+# output (--spec-lookup) would not be byte-identical. The unfused kernels
+# compute each row whole whatever the step holds. The new policy runs each
+# graph of at least PREFILL_FROM query rows fused and every smaller one
+# (decode steps, drafted steps) unfused, over one KV cache.
+#
+# How: .cargo/config.toml names this file as CMAKE_PROJECT_INCLUDE, which
+# llama-cpp-sys-2 hands to CMake; CMake includes it after each project()
+# call. At the end of llama.cpp's top-level CMakeLists, three of the
+# `llama` library's sources are replaced by copies in the build folder with
+# the edits below; the crate's own files are never written. Each edit must
+# find its text exactly once, or the configure step fails, naming it: a new
+# llama-cpp-sys-2 is then a deliberate update of this file. The Makefile
+# rebuilds a llama.cpp configured with another version of this file (it
+# compares the hash written below); plain cargo does not notice an edit.
+#
+# What the policy is, in llama.cpp's terms:
+# - llama_context_params.flash_attn_type = 2, which the patched library's
+#   skillhost_flash_attn_for_prefill() returns.
+# - The context creates its KV cache as for flash attention off (V stored
+#   transposed, the layout the unfused kernels read without a copy), then
+#   turns flash attention on for graph building.
+# - build_attn_mha runs the fused kernel only when the V cache is transposed
+#   and the graph holds at least PREFILL_FROM query rows per stream, copying
+#   V into the row layout the fused kernel reads (one copy per layer per
+#   graph: small beside a prefill's work). Fewer rows take the unfused path,
+#   with the f16 mask flash attention makes (softmax reads f16 and f32 masks
+#   alike; the mask's 0 and -inf are exact in both).
+# PREFILL_FROM is 64, ggml-cpu's GGML_FA_TILE_Q: from there its fused kernel
+# runs tiled, which is where it is fast. A drafted step holds at most 17.
+
+if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR SKILLHOST_LLAMA_PATCH_DEFERRED)
+    return()
+endif()
+set(SKILLHOST_LLAMA_PATCH_DEFERRED ON)
+set(SKILLHOST_LLAMA_PATCH_FILE "${CMAKE_CURRENT_LIST_FILE}")
+
+function(skillhost_edit text_var file before after)
+    string(FIND "${${text_var}}" "${before}" at)
+    if(at EQUAL -1)
+        message(FATAL_ERROR "skillhost's llama.cpp patch: ${file} no longer holds:\n${before}\nUpdate engine/llama-patch/patch.cmake for this llama.cpp.")
+    endif()
+    string(REPLACE "${before}" "${after}" edited "${${text_var}}")
+    set(${text_var} "${edited}" PARENT_SCOPE)
+endfunction()
+
+function(skillhost_patch_llama)
+    set(src "${CMAKE_SOURCE_DIR}/src")
+    set(out "${CMAKE_BINARY_DIR}/skillhost-llama-src")
+    file(MAKE_DIRECTORY "${out}")
+
+    # llama.cpp: the policy's name in the context's log (an unknown value
+    # aborts there).
+    file(READ "${src}/llama.cpp" text)
+    skillhost_edit(text llama.cpp
+        "        case LLAMA_FLASH_ATTN_TYPE_ENABLED:\n            return \"enabled\";\n"
+        "        case LLAMA_FLASH_ATTN_TYPE_ENABLED:\n            return \"enabled\";\n        case (enum llama_flash_attn_type) 2:\n            return \"for prefill (skillhost)\";\n")
+    # A symbol only the patched build has: the engine calls it for the
+    # policy's value, so it cannot link against a llama.cpp without the
+    # policy (which would take the value 2 for "on", and abort naming it).
+    string(APPEND text "\n// skillhost: see engine/llama-patch/patch.cmake.\nextern \"C\" LLAMA_API enum llama_flash_attn_type skillhost_flash_attn_for_prefill(void) {\n    return (enum llama_flash_attn_type) 2;\n}\n")
+    file(WRITE "${out}/llama.cpp" "${text}")
+
+    # llama-context.cpp: the cache is made as for flash attention off, then
+    # graphs are built with it on.
+    file(READ "${src}/llama-context.cpp" text)
+    skillhost_edit(text llama-context.cpp
+        "    cparams.flash_attn = params.flash_attn_type != LLAMA_FLASH_ATTN_TYPE_DISABLED;\n"
+        "    cparams.flash_attn = params.flash_attn_type != LLAMA_FLASH_ATTN_TYPE_DISABLED && params.flash_attn_type != (enum llama_flash_attn_type) 2;\n")
+    skillhost_edit(text llama-context.cpp
+        "        memory.reset(model.create_memory(params_mem, cparams));\n    }\n"
+        "        memory.reset(model.create_memory(params_mem, cparams));\n    }\n    if (params.flash_attn_type == (enum llama_flash_attn_type) 2) {\n        cparams.flash_attn = true;\n    }\n")
+    file(WRITE "${out}/llama-context.cpp" "${text}")
+
+    # llama-graph.cpp: fused only for prefill-sized graphs over a transposed
+    # V cache; V copied into rows for it.
+    file(READ "${src}/llama-graph.cpp" text)
+    skillhost_edit(text llama-graph.cpp
+        "    const bool use_flash_attn = cparams.flash_attn && kq_b == nullptr;\n"
+        "    const bool use_flash_attn = cparams.flash_attn && kq_b == nullptr && (!v_trans || q->ne[1] >= 64);\n")
+    skillhost_edit(text llama-graph.cpp
+        "        if (v_trans) {\n            v = ggml_transpose(ctx0, v);\n        }\n"
+        "        if (v_trans) {\n            v = ggml_cont(ctx0, ggml_transpose(ctx0, v));\n        }\n")
+    file(WRITE "${out}/llama-graph.cpp" "${text}")
+
+    get_target_property(sources llama SOURCES)
+    set(patched "")
+    foreach(source IN LISTS sources)
+        if(source STREQUAL "llama.cpp" OR source STREQUAL "llama-context.cpp" OR source STREQUAL "llama-graph.cpp")
+            list(APPEND patched "${out}/${source}")
+        else()
+            if(NOT IS_ABSOLUTE "${source}")
+                set(source "${src}/${source}")
+            endif()
+            list(APPEND patched "${source}")
+        endif()
+    endforeach()
+    set_property(TARGET llama PROPERTY SOURCES "${patched}")
+    # As llama.cpp's own CMakeLists does for its core sources.
+    set_source_files_properties("${out}/llama.cpp" "${out}/llama-context.cpp" "${out}/llama-graph.cpp"
+        DIRECTORY "${src}" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+
+    file(SHA256 "${SKILLHOST_LLAMA_PATCH_FILE}" hash)
+    file(WRITE "${CMAKE_BINARY_DIR}/skillhost-llama-patch.sha256" "${hash}\n")
+endfunction()
+
+cmake_language(DEFER CALL skillhost_patch_llama)
