@@ -302,10 +302,10 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
 }
 
 /// Speculative decoding from the context, side by side: skillhost with
-/// `--spec-lookup`, on its default attention without it (on the CPU, fused
-/// for prefill only) and with flash attention on everywhere, against
-/// llama-server without speculation and with each n-gram `--spec-type` its
-/// build offers; the servers take turns.
+/// `--spec-lookup` (which turns `auto` off on the CPU) and with it on
+/// `--flash-attn prefill`, without it on its default (fused everywhere on
+/// the CPU), against llama-server without speculation and with each n-gram
+/// `--spec-type` its build offers; the servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
     // `LOOKUP_SPEC_TYPES=a,b` (or empty) measures only those of its kinds.
@@ -314,9 +314,14 @@ pub fn lookup(binary: PathBuf, threads: i32) {
         Err(_) => ngram_spec_types(&binary),
     };
     let mut configs: Vec<(String, Side, Vec<String>)> = vec![
-        ("skillhost".into(), Side::Skillhost, vec![]),
+        ("skillhost --flash-attn off".into(), Side::Skillhost, vec!["--flash-attn".into(), "off".into()]),
         ("skillhost --spec-lookup".into(), Side::Skillhost, vec!["--spec-lookup".into()]),
-        ("skillhost --flash-attn on".into(), Side::Skillhost, vec!["--flash-attn".into(), "on".into()]),
+        (
+            "skillhost --flash-attn prefill --spec-lookup".into(),
+            Side::Skillhost,
+            vec!["--flash-attn".into(), "prefill".into(), "--spec-lookup".into()],
+        ),
+        ("skillhost".into(), Side::Skillhost, vec![]),
         ("llama-server".into(), Side::LlamaServer, vec![]),
         ("llama-server -fa off".into(), Side::LlamaServer, vec!["-fa".into(), "off".into()]),
     ];

@@ -159,16 +159,20 @@ fn step_costs(flash_attn: i32, copies: usize) -> (usize, Vec<(usize, f64)>) {
     (base, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
 }
 
-/// Prints [`step_costs`] as ratios to a step of one position, on the
-/// engine's default (`auto`: on the CPU, unfused for steps this small, as
-/// drafting is measured), and with `more` also fused everywhere (`on`,
-/// llama-server's default), and at a context four times as long.
+/// Prints [`step_costs`] as ratios to a step of one position, on
+/// `prefill` (unfused for steps this small, as drafting is measured), and
+/// with `more` also fused everywhere (`on`, the CPU's `auto` without
+/// drafting and llama-server's default), and at a context four times as
+/// long.
 pub fn print_step_costs(more: bool) {
-    let (auto, on) = (super::flash_attn(), skillhost_engine::flash_attention(FlashAttn::On));
-    let mut cases = vec![("auto", auto, 1)];
+    let (prefill, on) = (
+        skillhost_engine::flash_attention(FlashAttn::Prefill, false),
+        skillhost_engine::flash_attention(FlashAttn::On, false),
+    );
+    let mut cases = vec![("prefill", prefill, 1)];
     if more {
         cases.push(("on", on, 1));
-        cases.push(("auto", auto, 4));
+        cases.push(("prefill", prefill, 4));
         cases.push(("on", on, 4));
     }
     println!("a decode step of one sequence by the positions it holds, median of {STEP_REPS}, ratios to one position:");
@@ -193,9 +197,8 @@ pub fn run() {
             (prose_prompt(&format!("a traveller, day {i}")), 300)
         });
     }
-    // Drafting as the engine runs it by default (flash attention auto: on
-    // the CPU, fused for prefill only) against the same attention without
-    // drafting.
+    // Drafting on flash attention `prefill` (fused for prefill only)
+    // against the same attention without drafting.
     let start = |spec_lookup, flash_attn| {
         let config = EngineConfig {
             model_path: PathBuf::from(super::MODEL),
@@ -207,8 +210,9 @@ pub fn run() {
         };
         Engine::start(config).expect("the engine").0
     };
-    let (plain, drafting) = runtime.block_on(async { (start(false, FlashAttn::Auto), start(true, FlashAttn::Auto)) });
-    println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on flash attention auto):");
+    let (plain, drafting) =
+        runtime.block_on(async { (start(false, FlashAttn::Prefill), start(true, FlashAttn::Prefill)) });
+    println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on --flash-attn prefill):");
     for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
         measure(&runtime, (&plain, &drafting), name, prompts);
     }

@@ -1,5 +1,6 @@
-# Fused attention for prefill only: a flash-attention policy llama.cpp does
-# not have, patched into the llama.cpp that llama-cpp-sys-2 builds.
+# Fused attention for prefill only (`--flash-attn prefill`): a flash-attention
+# policy llama.cpp does not have, patched into the llama.cpp that
+# llama-cpp-sys-2 builds.
 #
 # Why: on the CPU, ggml's fused attention kernel prefills faster than the
 # unfused one (1.4x on a fresh 3,000-token prompt), but decodes slower

@@ -55,7 +55,7 @@ pub const EMBED_SEQS: u32 = 8;
 pub(crate) fn context_params(n_ctx: u32, threads: i32, pooling: Pooling, flash_attn: FlashAttn) -> LlamaContextParams {
     let flash_attn = match flash_attn {
         FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
-        FlashAttn::Auto | FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        FlashAttn::Auto | FlashAttn::Off | FlashAttn::Prefill => LLAMA_FLASH_ATTN_TYPE_DISABLED,
     };
     let pooling = match pooling {
         Pooling::Declared => LlamaPoolingType::Unspecified,

@@ -58,28 +58,31 @@ fn patched_prefill_policy() -> llama_flash_attn_type {
     unsafe { skillhost_flash_attn_for_prefill() }
 }
 
-/// llama.cpp's flash-attention policy for `setting`.
+/// llama.cpp's flash-attention policy for `setting`, with `drafting` on
+/// (`--spec-lookup`) or off.
 ///
 /// On the CPU, ggml's fused attention prefills faster than the unfused
 /// kernels but decodes slower, and from 512 cells of context on it splits a
 /// one-position step's context across threads and adds the parts up in
 /// another order than it adds up a step of several. So a drafted step
-/// (`--spec-lookup`) would not give each position the logits a step of that
-/// one position gives, and greedy output could change where two tokens
-/// nearly tie. The unfused kernels compute every dot product whole, one row
-/// at a time, whatever the step holds (with llamafile's tinyBLAS left out:
-/// `.cargo/config.toml`). `auto` on the CPU is therefore fused for prefill
-/// only: decode and drafted steps (at most `MAX_STEP_TOKENS_WITH_DRAFTS`
-/// positions, far below the 64 rows) always run unfused. `on` is fused
-/// everywhere, as llama-server's `-fa on`; the configuration refuses it
-/// with `--spec-lookup` on the CPU. On a GPU build `auto` is llama.cpp's
-/// own choice.
-pub fn flash_attention(setting: FlashAttn) -> llama_flash_attn_type {
+/// would not give each position the logits a step of that one position
+/// gives, and greedy output could change where two tokens nearly tie. The
+/// unfused kernels compute every dot product whole, one row at a time,
+/// whatever the step holds (with llamafile's tinyBLAS left out:
+/// `.cargo/config.toml`). So drafting on the CPU turns `auto` off, and the
+/// configuration refuses `--flash-attn on` with `--spec-lookup` there.
+/// `prefill` is fused for prefill only: decode and drafted steps (at most
+/// `MAX_STEP_TOKENS_WITH_DRAFTS` positions, far below its 64 rows) run
+/// unfused. It is not `auto` because a prompt's numerics then depend on how
+/// it was split into micro-batches: a suffix decoded after a cache hit runs
+/// unfused where a fresh prefill of the same tokens ran fused.
+pub fn flash_attention(setting: FlashAttn, drafting: bool) -> llama_flash_attn_type {
     match setting {
-        FlashAttn::Auto if GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_AUTO,
-        FlashAttn::Auto => patched_prefill_policy(),
+        FlashAttn::Auto if drafting && !GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        FlashAttn::Auto => LLAMA_FLASH_ATTN_TYPE_AUTO,
         FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
         FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        FlashAttn::Prefill => patched_prefill_policy(),
     }
 }
 
@@ -230,9 +233,12 @@ mod tests {
     fn the_linked_llama_cpp_has_the_prefill_policy() {
         assert_eq!(patched_prefill_policy(), FLASH_ATTN_FOR_PREFILL);
         assert_eq!(flash_attention_name(FLASH_ATTN_FOR_PREFILL), "on for prefill");
-        let auto = if GPU_BUILD { LLAMA_FLASH_ATTN_TYPE_AUTO } else { FLASH_ATTN_FOR_PREFILL };
-        assert_eq!(flash_attention(FlashAttn::Auto), auto);
-        assert_eq!(flash_attention(FlashAttn::On), LLAMA_FLASH_ATTN_TYPE_ENABLED);
-        assert_eq!(flash_attention(FlashAttn::Off), LLAMA_FLASH_ATTN_TYPE_DISABLED);
+        assert_eq!(flash_attention(FlashAttn::Prefill, true), FLASH_ATTN_FOR_PREFILL);
+        assert_eq!(flash_attention(FlashAttn::Prefill, false), FLASH_ATTN_FOR_PREFILL);
+        let drafting = if GPU_BUILD { LLAMA_FLASH_ATTN_TYPE_AUTO } else { LLAMA_FLASH_ATTN_TYPE_DISABLED };
+        assert_eq!(flash_attention(FlashAttn::Auto, true), drafting);
+        assert_eq!(flash_attention(FlashAttn::Auto, false), LLAMA_FLASH_ATTN_TYPE_AUTO);
+        assert_eq!(flash_attention(FlashAttn::On, false), LLAMA_FLASH_ATTN_TYPE_ENABLED);
+        assert_eq!(flash_attention(FlashAttn::Off, false), LLAMA_FLASH_ATTN_TYPE_DISABLED);
     }
 }

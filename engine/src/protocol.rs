@@ -90,6 +90,10 @@ pub enum FlashAttn {
     Auto,
     On,
     Off,
+    /// The fused kernel for micro-batches of at least 64 query rows
+    /// (prefill), the unfused ones for smaller ones (decode steps, drafted
+    /// ones included): a policy patched into llama.cpp (`load.rs`).
+    Prefill,
 }
 
 /// Facts about the loaded model.

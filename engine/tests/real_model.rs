@@ -547,10 +547,18 @@ async fn drafting_from_the_context_leaves_greedy_output_byte_identical() {
         flash_attn,
         ..Default::default()
     };
-    // Drafting on the default setting against the same setting without it:
-    // on the CPU, auto prefills with the fused kernel (the notes below, in
-    // steps of 64 rows and more) and decodes, drafts included, unfused.
-    let (plain, drafting) = (start_with(config(false, FlashAttn::Auto)), start_with(config(true, FlashAttn::Auto)));
+    // Drafting on the default setting (auto, which drafting turns off on
+    // the CPU) against the same attention without drafting, and on
+    // `prefill` against `prefill`: it prefills with the fused kernel (the
+    // notes below, in steps of 64 rows and more) and decodes, drafts
+    // included, unfused.
+    for (plain, drafting) in [(FlashAttn::Off, FlashAttn::Auto), (FlashAttn::Prefill, FlashAttn::Prefill)] {
+        let (plain, drafting) = (start_with(config(false, plain)), start_with(config(true, drafting)));
+        check_drafting(&plain, &drafting).await;
+    }
+}
+
+async fn check_drafting(plain: &Engine, drafting: &Engine) {
     let prompts = lookup_prompts();
     assert_eq!(prompts.len(), 50);
     // Every prompt follows the same notes of some 700 tokens (decoded once,
@@ -561,14 +569,14 @@ async fn drafting_from_the_context_leaves_greedy_output_byte_identical() {
     let notes: Vec<String> =
         (1..=60).map(|i| format!("Note {i}: the build of part {i} keeps its files in folder {i}.")).collect();
     let notes = ChatMessage::new(Role::System, format!("Project notes.\n{}", notes.join("\n")));
-    assert!(drafting.count_tokens(prompt(&drafting, std::slice::from_ref(&notes))).await.unwrap_or(0) > 600);
+    assert!(drafting.count_tokens(prompt(drafting, std::slice::from_ref(&notes))).await.unwrap_or(0) > 600);
     let (mut drafted, mut kept) = (0, 0);
     for (n, question) in prompts.iter().enumerate() {
         let request = |engine: &Engine| {
             greedy_request(prompt(engine, &[notes.clone(), ChatMessage::new(Role::User, question.clone())]), 96)
         };
-        let (expected, expected_reason, _) = generate(&plain, request(&plain)).await;
-        let (text, reason, timings) = generate(&drafting, request(&drafting)).await;
+        let (expected, expected_reason, _) = generate(plain, request(plain)).await;
+        let (text, reason, timings) = generate(drafting, request(drafting)).await;
         assert_eq!((&text, reason), (&expected, expected_reason), "prompt {n}: {question}");
         drafted += timings.draft_n;
         kept += timings.draft_n_accepted;

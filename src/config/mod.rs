@@ -311,10 +311,10 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
-    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; on the CPU it needs unfused decode steps (--flash-attn auto or off; on is refused)
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; on the CPU it needs unfused decode steps (--flash-attn auto becomes off; prefill keeps the fused kernel for prefill; on is refused)
     #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", help_heading = MODEL)]
     pub spec_lookup: bool,
-    /// llama.cpp's flash attention (auto, on or off), as llama-server's -fa; on the CPU auto runs the fused kernel for prefill and the unfused ones for decoding, which is faster at both (see docs/deployment.md) [default: auto; on a GPU build, llama.cpp's choice]
+    /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both on the CPU (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it, off on the CPU with --spec-lookup]
     #[arg(long = "flash-attn", env = "SKILLHOST_FLASH_ATTN", help_heading = MODEL)]
     pub flash_attn: Option<FlashAttnArg>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
@@ -499,6 +499,7 @@ pub enum FlashAttnArg {
     Auto,
     On,
     Off,
+    Prefill,
 }
 
 impl From<FlashAttnArg> for FlashAttn {
@@ -507,6 +508,7 @@ impl From<FlashAttnArg> for FlashAttn {
             FlashAttnArg::Auto => FlashAttn::Auto,
             FlashAttnArg::On => FlashAttn::On,
             FlashAttnArg::Off => FlashAttn::Off,
+            FlashAttnArg::Prefill => FlashAttn::Prefill,
         }
     }
 }
@@ -1980,6 +1982,7 @@ skills-watch: true
         // Drafting takes auto (unfused decode steps on the CPU) or off.
         assert_eq!(flash(&["--spec-lookup"]).unwrap(), FlashAttn::Auto);
         assert_eq!(flash(&["--spec-lookup", "--flash-attn", "off"]).unwrap(), FlashAttn::Off);
+        assert_eq!(flash(&["--spec-lookup", "--flash-attn", "prefill"]).unwrap(), FlashAttn::Prefill);
         let on = flash(&["--spec-lookup", "--flash-attn", "on"]);
         if skillhost_engine::GPU_BUILD {
             assert_eq!(on.unwrap(), FlashAttn::On);
