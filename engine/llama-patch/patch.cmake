@@ -33,8 +33,9 @@
 #   graph: small beside a prefill's work). Fewer rows take the unfused path,
 #   with the f16 mask flash attention makes (softmax reads f16 and f32 masks
 #   alike; the mask's 0 and -inf are exact in both).
-# PREFILL_FROM is 64, ggml-cpu's GGML_FA_TILE_Q: from there its fused kernel
-# runs tiled, which is where it is fast. A drafted step holds at most 17.
+# PREFILL_FROM is 64 (the engine's PREFILL_FUSED_FROM_ROWS), ggml-cpu's
+# GGML_FA_TILE_Q: from there its fused kernel runs tiled, which is where it
+# is fast. A drafted step holds at most 17 (asserted in engine/src/load.rs).
 
 if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR SKILLHOST_LLAMA_PATCH_DEFERRED)
     return()

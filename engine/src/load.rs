@@ -45,6 +45,14 @@ pub const GPU_BUILD: bool = cfg!(any(feature = "cuda", feature = "vulkan"));
 /// cache laid out for the unfused ones.
 pub const FLASH_ATTN_FOR_PREFILL: llama_flash_attn_type = 2;
 
+/// The fewest query rows for which that policy runs the fused kernel (the
+/// `64` in `patch.cmake`).
+pub const PREFILL_FUSED_FROM_ROWS: usize = 64;
+
+// Every drafted step must run unfused, or drafted greedy output under the
+// policy would not be byte-identical.
+const _: () = assert!(crate::lookup::MAX_STEP_TOKENS_WITH_DRAFTS < PREFILL_FUSED_FROM_ROWS);
+
 extern "C" {
     /// Defined only by the patched llama.cpp, so the engine does not link
     /// against one without the policy: unpatched, llama.cpp would read the
