@@ -61,8 +61,28 @@ pub(crate) fn prose_prompt(topic: &str) -> String {
     format!("Write a long story about {topic}, with new details in every sentence.")
 }
 
+/// One request of a workload: a system turn if any, the user's turn, and
+/// the tokens to generate.
+struct Prompt {
+    system: Option<String>,
+    user: String,
+    max_tokens: u32,
+}
+
+impl Prompt {
+    fn user(user: String, max_tokens: u32) -> Self {
+        Prompt { system: None, user, max_tokens }
+    }
+}
+
 pub(crate) fn request(engine: &Engine, text: &str, max_tokens: u32) -> GenerateRequest {
-    let messages = [ChatMessage::new(Role::User, text.to_string())];
+    request_with(engine, None, text, max_tokens)
+}
+
+fn request_with(engine: &Engine, system: Option<&str>, text: &str, max_tokens: u32) -> GenerateRequest {
+    let mut messages: Vec<ChatMessage> =
+        system.map(|s| ChatMessage::new(Role::System, s.to_string())).into_iter().collect();
+    messages.push(ChatMessage::new(Role::User, text.to_string()));
     let conversation = Conversation {
         messages: &messages,
         tools: &[],
@@ -100,9 +120,10 @@ async fn generate(engine: &Engine, request: GenerateRequest) -> (String, usize, 
 
 /// Tokens a second over `prompts` at once (wall time from the first
 /// request to the last finish), their texts, and drafted/kept totals.
-async fn workload(engine: &Engine, prompts: &[(String, u32)]) -> (f64, Vec<String>, usize, usize) {
+async fn workload(engine: &Engine, prompts: &[Prompt]) -> (f64, Vec<String>, usize, usize) {
     let started = Instant::now();
-    let runs = prompts.iter().map(|(text, max)| generate(engine, request(engine, text, *max)));
+    let runs =
+        prompts.iter().map(|p| generate(engine, request_with(engine, p.system.as_deref(), &p.user, p.max_tokens)));
     let done = futures_util::future::join_all(runs).await;
     let wall = started.elapsed().as_secs_f64();
     let tokens: usize = done.iter().map(|d| d.1).sum();
@@ -187,16 +208,25 @@ pub fn print_step_costs(more: bool) {
 pub fn run() {
     print_step_costs(false);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    let copy = vec![(copy_prompt(), 400)];
-    let prose = vec![(prose_prompt("a lighthouse keeper"), 300)];
-    let mut mixed = Vec::new();
-    for i in 0..8 {
-        mixed.push(if i % 2 == 0 {
-            (copy_prompt(), 300)
-        } else {
-            (prose_prompt(&format!("a traveller, day {i}")), 300)
-        });
-    }
+    let copy = vec![Prompt::user(copy_prompt(), 400)];
+    let prose = vec![Prompt::user(prose_prompt("a lighthouse keeper"), 300)];
+    let mixed: Vec<Prompt> = (0..8)
+        .map(|i| match i % 2 {
+            0 => Prompt::user(copy_prompt(), 300),
+            _ => Prompt::user(prose_prompt(&format!("a traveller, day {i}")), 300),
+        })
+        .collect();
+    // The baseline's generation rows: short stories at 1, 4 and 8 streams,
+    // where every drafted position that fails slows all the streams in its step.
+    let stories = |n: usize| -> Vec<Prompt> {
+        (0..n)
+            .map(|i| Prompt {
+                system: Some(super::story_system(900 + i)),
+                user: super::STORY_USER.to_string(),
+                max_tokens: super::MAX_TOKENS as u32,
+            })
+            .collect()
+    };
     // Drafting on flash attention `prefill` (fused for prefill only)
     // against the same attention without drafting.
     let start = |spec_lookup, flash_attn| {
@@ -213,13 +243,25 @@ pub fn run() {
     let (plain, drafting) =
         runtime.block_on(async { (start(false, FlashAttn::Prefill), start(true, FlashAttn::Prefill)) });
     println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on --flash-attn prefill):");
-    for (name, prompts) in [("copy-heavy turn", &copy), ("prose", &prose), ("8 streams, copy and prose", &mixed)] {
+    let workloads = [
+        ("copy-heavy turn", copy),
+        ("prose", prose),
+        ("8 streams, copy and prose", mixed),
+        ("stories, 1 stream", stories(1)),
+        ("stories, 4 streams", stories(4)),
+        ("stories, 8 streams", stories(8)),
+    ];
+    // `LOOKUP_WORKLOADS=stories,copy-heavy` measures only the workloads
+    // whose names begin with one of its words.
+    let only = std::env::var("LOOKUP_WORKLOADS").unwrap_or_default();
+    let chosen = |name: &str| only.split(',').any(|word| name.starts_with(word.trim()));
+    for (name, prompts) in workloads.iter().filter(|(name, _)| chosen(name)) {
         measure(&runtime, (&plain, &drafting), name, prompts);
     }
 }
 
 /// One workload's runs on both engines, in turn, and its line.
-fn measure(runtime: &tokio::runtime::Runtime, engines: (&Engine, &Engine), name: &str, prompts: &[(String, u32)]) {
+fn measure(runtime: &tokio::runtime::Runtime, engines: (&Engine, &Engine), name: &str, prompts: &[Prompt]) {
     let (plain, drafting) = engines;
     let (mut ratios, mut offs, mut ons) = (Vec::new(), Vec::new(), Vec::new());
     let (mut drafted, mut kept, mut same, mut copied) = (0, 0, None, (0, 0));
@@ -237,7 +279,7 @@ fn measure(runtime: &tokio::runtime::Runtime, engines: (&Engine, &Engine), name:
         // stream is the like-for-like one.
         if run == 0 && prompts.len() == 1 {
             same = Some(off_texts == on_texts);
-            if prompts[0].0 == copy_prompt() {
+            if prompts[0].user == copy_prompt() {
                 copied = copied_lines(&off_texts[0]);
             }
         }

@@ -70,13 +70,17 @@ const MAX_TOKENS: usize = 128;
 /// Repetitions of the single-stream measurements; the median is reported.
 const RUNS: usize = 7;
 
+/// The story request's system turn. The run number at the very front keeps
+/// any run from reusing another's KV prefix, so every time to first token
+/// includes a full prefill.
+fn story_system(run: usize) -> String {
+    format!("Session {run}. You are a helpful assistant who writes at length.")
+}
+
+const STORY_USER: &str = "Tell me a long story about a lighthouse keeper and a storm. Describe the sea, the light, the ships and the people in detail.";
+
 fn messages(run: usize) -> Value {
-    // The run number at the very front keeps any run from reusing another's
-    // KV prefix, so every time to first token includes a full prefill.
-    json!([
-        {"role": "system", "content": format!("Session {run}. You are a helpful assistant who writes at length.")},
-        {"role": "user", "content": "Tell me a long story about a lighthouse keeper and a storm. Describe the sea, the light, the ships and the people in detail."}
-    ])
+    json!([{"role": "system", "content": story_system(run)}, {"role": "user", "content": STORY_USER}])
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -342,8 +346,8 @@ fn main() {
     std::env::set_current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")).expect("cd to the repository");
     assert!(Path::new(MODEL).exists(), "{MODEL} is missing: run `make model`");
     // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `models`, `agents`, `budget`, `store`, `webui`,
-    // `model`, `baseline`, `upstream`, `lookup-servers` (the second half of
-    // `lookup`), `huge` (row 5 alone) or `steps` (a decode step's
+    // `model`, `baseline`, `upstream`, `lookup-engine` and `lookup-servers`
+    // (the two halves of `lookup`), `huge` (row 5 alone) or `steps` (a decode step's
     // cost by its positions, which `lookup` prints first) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -372,7 +376,7 @@ fn main() {
         mcp::run();
         println!();
     }
-    if wanted("lookup") {
+    if wanted("lookup") || only.as_deref() == Some("lookup-engine") {
         lookup::run();
         println!();
     }

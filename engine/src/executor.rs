@@ -762,7 +762,8 @@ impl<'m> Executor<'m> {
                         let left = active
                             .max_tokens
                             .map_or(usize::MAX, |max| (max as usize).saturating_sub(active.timings.predicted_n + 1));
-                        for draft in lookup.draft(slot.cache.tokens(), *token, spare.min(budget).min(left)) {
+                        for draft in lookup.draft(slot.cache.tokens(), *token, spare.min(budget).min(left), generating)
+                        {
                             let at = pos + 1 + active.drafts.len() as i32;
                             if self.batch.add(draft, at, &[slot.seq], true).is_err() {
                                 break;
