@@ -214,6 +214,7 @@ mod tests {
         assert_eq!(lookup.draft(&four, 'd', 16, 1), split("efg-"), "a run of 4 is, alone");
         assert_eq!(CROWDED_COLD_MIN_NGRAM, 6);
         assert!(lookup.draft(&four, 'd', 16, 2).is_empty(), "beside another stream a run of 4 is not");
+        assert!(lookup.draft(&split("abcdefg-abcd"), 'e', 16, 2).is_empty(), "nor one of 5");
         assert_eq!(lookup.draft(&six, 'f', 16, 8), split("gh-a"), "a run of 6 is");
         // A draft with a token kept makes it a copy: runs of 2 will do,
         // however many streams share the step.
