@@ -25,9 +25,10 @@ pub const MAX_DRAFT: usize = 16;
 /// Tokens one step may hold with its drafts: drafts only fill a batch up
 /// to this. A lone stream may draft its longest draft; with several, the
 /// streams' own tokens take places first. On two CPU cores with the 135M
-/// model each position past the first costs about 0.4 of a one-position
-/// step (`skillhost-bench steps`), so a draft pays while more than 0.4 of
-/// its tokens are kept; lookup pauses a sequence whose drafts keep failing.
+/// model each position past the first costs about 0.35 to 0.55 of a
+/// one-position step, by host (`skillhost-bench steps`), so a lone
+/// stream's draft pays while more than that share of its tokens is kept;
+/// lookup pauses a sequence whose drafts keep failing.
 pub const MAX_STEP_TOKENS_WITH_DRAFTS: usize = MAX_DRAFT + 1;
 /// The draft length a sequence starts with, and returns to after a pause.
 pub const START_DRAFT: usize = 4;
