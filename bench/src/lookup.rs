@@ -247,12 +247,13 @@ pub fn run() {
         ("copy-heavy turn", copy),
         ("prose", prose),
         ("8 streams, copy and prose", mixed),
-        ("stories, 1 stream", stories(1)),
-        ("stories, 4 streams", stories(4)),
-        ("stories, 8 streams", stories(8)),
+        ("stories at 1 stream", stories(1)),
+        ("stories at 4 streams", stories(4)),
+        ("stories at 8 streams", stories(8)),
     ];
     // `LOOKUP_WORKLOADS=stories,copy-heavy` measures only the workloads
-    // whose names begin with one of its words.
+    // whose names begin with one of its comma-separated words (so no name
+    // holds a comma before its end: "8 streams" picks the mix).
     let only = std::env::var("LOOKUP_WORKLOADS").unwrap_or_default();
     let chosen = |name: &str| only.split(',').any(|word| name.starts_with(word.trim()));
     for (name, prompts) in workloads.iter().filter(|(name, _)| chosen(name)) {
