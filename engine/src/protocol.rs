@@ -79,14 +79,13 @@ pub enum Pooling {
 /// The trade on the CPU: ggml's fused kernel makes each decode step pay
 /// more for every token of context than the unfused one, and a step of
 /// several positions (checking drafts) cost nearly a whole step per
-/// position; without it prefill is slower. Drafting needs it off on the
-/// CPU (see `flash_attention`). Figures in docs/deployment.md
+/// position; without it prefill is slower. Drafting needs unfused decode
+/// steps on the CPU (see `flash_attention`). Figures in docs/deployment.md
 /// (`skillhost-bench steps`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlashAttn {
     /// llama.cpp's own choice, on wherever the device supports it, the CPU
     /// included; off on the CPU while drafting.
-    #[default]
     Auto,
     On,
     Off,
@@ -94,6 +93,20 @@ pub enum FlashAttn {
     /// (prefill), the unfused ones for smaller ones (decode steps, drafted
     /// ones included): a policy patched into llama.cpp (`load.rs`).
     Prefill,
+}
+
+impl Default for FlashAttn {
+    /// `Prefill` on the CPU, where it prefills as fast as `On` and decodes
+    /// faster at every context length, and lets drafting keep greedy output
+    /// exact; llama.cpp's choice (`Auto`) on a GPU, whose kernels this
+    /// policy was not measured on.
+    fn default() -> Self {
+        if crate::load::GPU_BUILD {
+            FlashAttn::Auto
+        } else {
+            FlashAttn::Prefill
+        }
+    }
 }
 
 /// Facts about the loaded model.

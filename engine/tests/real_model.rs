@@ -20,6 +20,24 @@ fn start(n_parallel: u32) -> Engine {
     start_with(EngineConfig { model_path: model_path(), n_ctx: Some(4096), n_parallel, ..Default::default() })
 }
 
+/// An engine on unfused attention (`--flash-attn off`), whose numerics do
+/// not depend on how a prompt was split between the cache and the step
+/// when its cells sit in the same places: every dot product runs whole,
+/// one row at a time. Under the fused policies (`prefill`, the CPU's
+/// default, and `on`) a prompt decoded after a cache hit runs its last rows
+/// in a smaller micro-batch, through another kernel, than a fresh prefill
+/// of it, so its greedy answer matches only up to rounding, as with
+/// llama-server. A restored prefix is compared with a fresh prefill here.
+fn start_unfused(n_parallel: u32) -> Engine {
+    start_with(EngineConfig {
+        model_path: model_path(),
+        n_ctx: Some(4096),
+        n_parallel,
+        flash_attn: FlashAttn::Off,
+        ..Default::default()
+    })
+}
+
 fn start_with(config: EngineConfig) -> Engine {
     match Engine::start(config) {
         Ok((engine, _exit)) => engine,
@@ -40,7 +58,7 @@ fn a_load_reports_its_progress_up_to_the_whole_model() {
 
 /// Starts an engine with its shared prefix saved in `dir`.
 fn start_saving(dir: &Path) -> (Engine, tokio::sync::oneshot::Receiver<skillhost_engine::Exit>) {
-    start_saving_with(dir, FlashAttn::Auto)
+    start_saving_with(dir, FlashAttn::Off)
 }
 
 fn start_saving_with(
@@ -150,7 +168,7 @@ async fn stop_strings_and_max_tokens() {
 
 #[tokio::test]
 async fn every_flash_attention_setting_loads_and_decodes_with_drafting_on() {
-    for flash_attn in [FlashAttn::Auto, FlashAttn::On, FlashAttn::Off] {
+    for flash_attn in [FlashAttn::Auto, FlashAttn::On, FlashAttn::Off, FlashAttn::Prefill] {
         let config = EngineConfig {
             model_path: model_path(),
             n_ctx: Some(1024),
@@ -254,11 +272,19 @@ async fn a_new_conversation_copies_the_prefix_a_running_one_holds_and_answers_th
     );
     assert!(timings.prompt_n < 40, "B decoded {} prompt tokens", timings.prompt_n);
     drop(running);
-    // The copied cells give the same answer as a prefill of them.
+    // The copied cells answer as a prefill of them does. Not to the last
+    // token under any attention policy: B's own cells sit after the ones A
+    // generated, where a fresh prefill puts them right after the prefix,
+    // so its attention adds up its terms in other SIMD lanes or tiles (and,
+    // under `prefill`, its last rows run in a small micro-batch, unfused).
+    // Where two tokens nearly tie, greedy output can part (on one host,
+    // unfused: "...the City of Paris" against "...the City of Light"). A
+    // copy that lost or misplaced cells parts from the first words.
     let fresh = start(1);
     let (expected, _, fresh_timings) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
     assert_eq!(fresh_timings.copied_n, 0);
-    assert_eq!(answer, expected);
+    let opening = |text: &str| text.split_whitespace().take(5).collect::<Vec<_>>().join(" ");
+    assert_eq!(opening(&answer), opening(&expected), "copied: {answer:?}; fresh: {expected:?}");
 }
 
 /// Reads a submitted request's events to its end.
@@ -365,16 +391,17 @@ async fn the_shared_prefix_survives_a_restart_and_is_ignored_for_another_model()
     // this prompt has elsewhere.
     assert!(timings.copied_n + 8 >= system_tokens, "restored prefix not used: {timings:?}");
     assert!(timings.prompt_n < 40, "decoded {} prompt tokens after the restart", timings.prompt_n);
-    let fresh = start(1);
+    let fresh = start_unfused(1);
     let (expected, _, _) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
     assert_eq!(answer, expected);
     drop(engine);
     let _ = exit.await;
 
-    // The same files under the other attention layout (unfused attention
-    // keeps V transposed in the cache): ignored, and the engine answers as a
+    // The same files under the other attention layout (the fused kernel
+    // throughout keeps V in rows, where the unfused kernels, `prefill`
+    // included, keep it transposed): ignored, and the engine answers as a
     // fresh one with that setting does.
-    let (engine, exit) = start_saving_with(dir.path(), FlashAttn::Off);
+    let (engine, exit) = start_saving_with(dir.path(), FlashAttn::On);
     let (answer, _, timings) = generate(&engine, ask(&engine, "What is the capital of France?", 16)).await;
     assert_eq!(timings.copied_n, 0, "a prefix saved under another attention layout was used: {timings:?}");
     drop(engine);
@@ -383,11 +410,11 @@ async fn the_shared_prefix_survives_a_restart_and_is_ignored_for_another_model()
         model_path: model_path(),
         n_ctx: Some(4096),
         n_parallel: 1,
-        flash_attn: FlashAttn::Off,
+        flash_attn: FlashAttn::On,
         ..Default::default()
     });
-    let (unfused, _, _) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
-    assert_eq!(answer, unfused);
+    let (fused, _, _) = generate(&fresh, ask(&fresh, "What is the capital of France?", 16)).await;
+    assert_eq!(answer, fused);
     drop(fresh);
 
     // The same state behind a record someone without the key rewrote (a
@@ -547,11 +574,11 @@ async fn drafting_from_the_context_leaves_greedy_output_byte_identical() {
         flash_attn,
         ..Default::default()
     };
-    // Drafting on the default setting (auto, which drafting turns off on
-    // the CPU) against the same attention without drafting, and on
-    // `prefill` against `prefill`: it prefills with the fused kernel (the
-    // notes below, in steps of 64 rows and more) and decodes, drafts
-    // included, unfused.
+    // Drafting on `auto` (which drafting turns off on the CPU) against the
+    // same attention without drafting, and on `prefill` (the CPU's default)
+    // against `prefill`: it prefills with the fused kernel (the notes
+    // below, in steps of 64 rows and more) and decodes, drafts included,
+    // unfused.
     for (plain, drafting) in [(FlashAttn::Off, FlashAttn::Auto), (FlashAttn::Prefill, FlashAttn::Prefill)] {
         let (plain, drafting) = (start_with(config(false, plain)), start_with(config(true, drafting)));
         check_drafting(&plain, &drafting).await;

@@ -14,6 +14,7 @@ use skillhost_actors::tools::mcp::config::McpServerConfig;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use clap::builder::BoolishValueParser;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum, ValueHint};
 use serde::Deserialize;
 use skillhost_actors::attachments::{DEFAULT_MAX_ATTACHMENT_BYTES, MAX_CONVERSATION_ATTACHMENT_BYTES};
@@ -311,10 +312,10 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
-    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; on the CPU it needs unfused decode steps (--flash-attn auto becomes off; prefill keeps the fused kernel for prefill; on is refused)
-    #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", help_heading = MODEL)]
-    pub spec_lookup: bool,
-    /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both on the CPU (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it, off on the CPU with --spec-lookup]
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; `--spec-lookup=false` turns it off. It needs unfused decode steps on the CPU: with --flash-attn auto the CPU then runs unfused throughout, and on is refused [default: on where decode steps run unfused (--flash-attn prefill or off, on the CPU); off with auto or on, and in a GPU build]
+    #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = BoolishValueParser::new(), help_heading = MODEL)]
+    pub spec_lookup: Option<bool>,
+    /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both on the CPU (see docs/deployment.md) [default: prefill on the CPU; in a GPU build auto, llama.cpp's choice]
     #[arg(long = "flash-attn", env = "SKILLHOST_FLASH_ATTN", help_heading = MODEL)]
     pub flash_attn: Option<FlashAttnArg>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
@@ -490,6 +491,15 @@ pub enum MultiAgentArg {
     /// On every request of a model that can call tools.
     Always,
     Off,
+}
+
+/// Whether drafting is on when `--spec-lookup` is not given: wherever
+/// decode steps already run unfused on the CPU (`prefill`, the default, and
+/// `off`), so drafting changes neither the kernels nor greedy output. With
+/// `auto` it would turn the CPU's fused prefill off too, and `on` refuses
+/// it; a GPU's kernels are not checked to keep drafted output exact.
+fn drafts_by_default(flash_attn: FlashAttn) -> bool {
+    !skillhost_engine::GPU_BUILD && matches!(flash_attn, FlashAttn::Prefill | FlashAttn::Off)
 }
 
 /// `--flash-attn`.
@@ -965,9 +975,9 @@ impl ServeArgs {
         // Drafting keeps greedy output exact only where decode steps run
         // unfused attention on the CPU (see `skillhost_engine::flash_attention`),
         // as `auto` and `off` do; `on` runs every step fused.
-        if self.spec_lookup && self.flash_attn == Some(FlashAttnArg::On) && !skillhost_engine::GPU_BUILD {
+        if self.spec_lookup == Some(true) && self.flash_attn == Some(FlashAttnArg::On) && !skillhost_engine::GPU_BUILD {
             return Err(ConfigError(
-                "--spec-lookup needs --flash-attn auto or off on the CPU: with ggml's fused attention a drafted step adds up attention in another order than an undrafted one, so greedy output could change".into(),
+                "--spec-lookup needs --flash-attn prefill, off or auto on the CPU: with ggml's fused attention a drafted step adds up attention in another order than an undrafted one, so greedy output could change".into(),
             ));
         }
         let remote = self.resolve_upstreams()?;
@@ -1248,6 +1258,7 @@ impl ServeArgs {
                 "--max-detached-turns must be between 1 and {MAX_DETACHED_TURNS}, got {max_detached_turns}"
             )));
         }
+        let flash_attn = self.flash_attn.map_or_else(FlashAttn::default, FlashAttn::from);
         let engine = EngineConfig {
             model_path: model,
             name: model_names.get(default_index).cloned(),
@@ -1256,8 +1267,8 @@ impl ServeArgs {
             n_threads: threads,
             gpu_layers: self.gpu_layers,
             prefix_cache: self.prefix_cache,
-            spec_lookup: self.spec_lookup,
-            flash_attn: self.flash_attn.map_or(FlashAttn::Auto, FlashAttn::from),
+            spec_lookup: self.spec_lookup.unwrap_or(drafts_by_default(flash_attn)),
+            flash_attn,
             ..EngineConfig::default()
         };
         // Every model, the default first, each with the server-wide
@@ -1803,6 +1814,7 @@ no-skills: true
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     n_threads: None,
+                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 },
                 models: vec![ModelConfig::Local(EngineConfig {
@@ -1810,6 +1822,7 @@ no-skills: true
                     name: Some("m".into()),
                     n_ctx: Some(1024),
                     n_parallel: 3,
+                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 })],
                 model_limits: models::limits(None, None, None).unwrap(),
@@ -1965,30 +1978,51 @@ skills-watch: true
     }
 
     #[test]
-    fn flash_attention_is_llama_cpps_choice_unless_a_flag_or_file_sets_it() {
+    fn flash_attention_defaults_to_prefill_on_the_cpu_and_drafting_follows_unfused_decode_steps() {
         let dir = dir();
         let model = write(dir.path(), "m.gguf", "");
         let model = model.to_string_lossy();
-        let flash = |extra: &[&str]| {
-            from_args(&[&["--model", &model, "--no-skills"], extra].concat()).map(|config| config.engine.flash_attn)
+        let engine = |extra: &[&str]| {
+            from_args(&[&["--model", &model, "--no-skills"], extra].concat())
+                .map(|config| (config.engine.flash_attn, config.engine.spec_lookup))
         };
-        assert_eq!(flash(&[]).unwrap(), FlashAttn::Auto);
+        let flash = |extra: &[&str]| engine(extra).map(|(flash_attn, _)| flash_attn);
+        let drafting = |extra: &[&str]| engine(extra).map(|(_, spec_lookup)| spec_lookup);
+        let cpu = !skillhost_engine::GPU_BUILD;
+        let default = if cpu { FlashAttn::Prefill } else { FlashAttn::Auto };
+        assert_eq!(flash(&[]).unwrap(), default);
+        assert_eq!(flash(&["--flash-attn", "auto"]).unwrap(), FlashAttn::Auto);
         assert_eq!(flash(&["--flash-attn", "off"]).unwrap(), FlashAttn::Off);
         assert_eq!(flash(&["--flash-attn", "on"]).unwrap(), FlashAttn::On);
         let file = write(dir.path(), "f.yaml", "flash-attn: off\n");
         assert_eq!(flash(&["--config", &file.to_string_lossy()]).unwrap(), FlashAttn::Off);
         let err = flash(&["--flash-attn", "fast"]).unwrap_err().0;
         assert!(err.contains("fast") && err.contains("auto"), "{err}");
-        // Drafting takes auto (unfused decode steps on the CPU) or off.
-        assert_eq!(flash(&["--spec-lookup"]).unwrap(), FlashAttn::Auto);
-        assert_eq!(flash(&["--spec-lookup", "--flash-attn", "off"]).unwrap(), FlashAttn::Off);
+
+        // Drafting is on by default where decode steps run unfused on the
+        // CPU, off where it would change the kernels (auto) or is refused (on).
+        assert_eq!(drafting(&[]).unwrap(), cpu);
+        assert_eq!(drafting(&["--flash-attn", "off"]).unwrap(), cpu);
+        assert!(!drafting(&["--flash-attn", "auto"]).unwrap());
+        assert!(!drafting(&["--flash-attn", "on"]).unwrap());
+        // Named, it is what it says, from a flag, a variable or a file.
+        assert!(drafting(&["--spec-lookup"]).unwrap());
+        assert!(drafting(&["--spec-lookup=true", "--flash-attn", "auto"]).unwrap());
+        assert!(!drafting(&["--spec-lookup=false"]).unwrap());
+        assert!(!drafting(&["--spec-lookup=off"]).unwrap());
+        let off = write(dir.path(), "s.yaml", "spec-lookup: false\n");
+        assert!(!drafting(&["--config", &off.to_string_lossy()]).unwrap());
+        assert!(drafting(&["--config", &off.to_string_lossy(), "--spec-lookup"]).unwrap());
+        let err = drafting(&["--spec-lookup=maybe"]).unwrap_err().0;
+        assert!(err.contains("maybe"), "{err}");
+        assert_eq!(flash(&["--spec-lookup", "--flash-attn", "auto"]).unwrap(), FlashAttn::Auto);
         assert_eq!(flash(&["--spec-lookup", "--flash-attn", "prefill"]).unwrap(), FlashAttn::Prefill);
         let on = flash(&["--spec-lookup", "--flash-attn", "on"]);
-        if skillhost_engine::GPU_BUILD {
-            assert_eq!(on.unwrap(), FlashAttn::On);
-        } else {
+        if cpu {
             let err = on.unwrap_err().0;
-            assert!(err.contains("--spec-lookup needs --flash-attn auto or off"), "{err}");
+            assert!(err.contains("--spec-lookup needs --flash-attn prefill, off or auto"), "{err}");
+        } else {
+            assert_eq!(on.unwrap(), FlashAttn::On);
         }
     }
 

@@ -174,3 +174,33 @@ def test_a_shared_system_prompt_is_copied_and_survives_a_restart(start_server, t
     assert timings["copied_n"] > 300 and timings["prompt_n"] < 40, timings
     # The model loads while the server already listens; by now it has.
     assert "restored the shared prefix" in "".join(restarted.log), "".join(restarted.log)
+
+
+def test_drafting_from_the_context_is_on_by_default_and_counted(client, server):
+    """On the CPU the server drafts from each sequence's context unless told
+    not to, and reports the drafts as llama-server does (`timings.draft_n`,
+    `draft_n_accepted`) and in /metrics. The schema's only value is a line
+    of the prompt, so the grammar makes the model write that line whatever
+    its weights prefer: once its first words are out, the rest is found in
+    the prompt, drafted and kept."""
+    line = "the quick brown fox jumps over the lazy dog beside the old stone bridge at dawn"
+    schema = {
+        "type": "object",
+        "properties": {"line": {"type": "string", "enum": [line]}},
+        "required": ["line"],
+        "additionalProperties": False,
+    }
+    drafted_before = server.metric("skillhost_draft_tokens_total")
+    kept_before = server.metric("skillhost_draft_accepted_tokens_total")
+    answer = client.chat.completions.create(
+        model=client.models.list().data[0].id,
+        messages=[SYSTEM, {"role": "user", "content": f"Copy this line exactly: {line}"}],
+        max_tokens=64,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "copy", "schema": schema}},
+    )
+    assert json.loads(answer.choices[0].message.content) == {"line": line}
+    timings = answer.model_extra["timings"]
+    assert 0 < timings["draft_n_accepted"] <= timings["draft_n"], timings
+    assert server.metric("skillhost_draft_tokens_total") - drafted_before == timings["draft_n"]
+    assert server.metric("skillhost_draft_accepted_tokens_total") - kept_before == timings["draft_n_accepted"]
