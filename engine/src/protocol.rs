@@ -82,10 +82,14 @@ pub enum Pooling {
 /// position; without it prefill is slower. Drafting needs unfused decode
 /// steps on the CPU (see `flash_attention`). Figures in docs/deployment.md
 /// (`skillhost-bench steps`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlashAttn {
     /// llama.cpp's own choice, on wherever the device supports it, the CPU
-    /// included; off on the CPU while drafting.
+    /// included; off on the CPU while drafting. The default: with several
+    /// streams, the fused kernel skips the cells of the other sequences
+    /// that the unfused kernels multiply out, and that outweighs what
+    /// `Prefill` gains on a lone stream (docs/benchmarks.md).
+    #[default]
     Auto,
     On,
     Off,
@@ -93,20 +97,6 @@ pub enum FlashAttn {
     /// (prefill), the unfused ones for smaller ones (decode steps, drafted
     /// ones included): a policy patched into llama.cpp (`load.rs`).
     Prefill,
-}
-
-impl Default for FlashAttn {
-    /// `Prefill` on the CPU, where it prefills as fast as `On` and decodes
-    /// faster at every context length, and lets drafting keep greedy output
-    /// exact; llama.cpp's choice (`Auto`) on a GPU, whose kernels this
-    /// policy was not measured on.
-    fn default() -> Self {
-        if crate::load::GPU_BUILD {
-            FlashAttn::Auto
-        } else {
-            FlashAttn::Prefill
-        }
-    }
 }
 
 /// Facts about the loaded model.

@@ -23,8 +23,8 @@ fn start(n_parallel: u32) -> Engine {
 /// An engine on unfused attention (`--flash-attn off`), whose numerics do
 /// not depend on how a prompt was split between the cache and the step
 /// when its cells sit in the same places: every dot product runs whole,
-/// one row at a time. Under the fused policies (`prefill`, the CPU's
-/// default, and `on`) a prompt decoded after a cache hit runs its last rows
+/// one row at a time. Under the fused policies (`auto` on the CPU, `on`
+/// and `prefill`) a prompt decoded after a cache hit runs its last rows
 /// in a smaller micro-batch, through another kernel, than a fresh prefill
 /// of it, so its greedy answer matches only up to rounding, as with
 /// llama-server. A restored prefix is compared with a fresh prefill here.
@@ -275,8 +275,9 @@ async fn a_new_conversation_copies_the_prefix_a_running_one_holds_and_answers_th
     // The copied cells answer as a prefill of them does. Not to the last
     // token under any attention policy: B's own cells sit after the ones A
     // generated, where a fresh prefill puts them right after the prefix,
-    // so its attention adds up its terms in other SIMD lanes or tiles (and,
-    // under `prefill`, its last rows run in a small micro-batch, unfused).
+    // so its attention adds up its terms in other SIMD lanes or tiles; and
+    // under the fused policies its last rows run in a small micro-batch,
+    // through another kernel path than a fresh prefill's.
     // Where two tokens nearly tie, greedy output can part (on one host,
     // unfused: "...the City of Paris" against "...the City of Light"). A
     // copy that lost or misplaced cells parts from the first words.
@@ -575,8 +576,7 @@ async fn drafting_from_the_context_leaves_greedy_output_byte_identical() {
         ..Default::default()
     };
     // Drafting on `auto` (which drafting turns off on the CPU) against the
-    // same attention without drafting, and on `prefill` (the CPU's default)
-    // against `prefill`: it prefills with the fused kernel (the notes
+    // same attention without drafting, and on `prefill` against `prefill`: it prefills with the fused kernel (the notes
     // below, in steps of 64 rows and more) and decodes, drafts included,
     // unfused.
     for (plain, drafting) in [(FlashAttn::Off, FlashAttn::Auto), (FlashAttn::Prefill, FlashAttn::Prefill)] {

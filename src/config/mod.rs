@@ -312,10 +312,10 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
-    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; `--spec-lookup=false` turns it off. It needs unfused decode steps on the CPU: with --flash-attn auto the CPU then runs unfused throughout, and on is refused [default: on where decode steps run unfused (--flash-attn prefill or off, on the CPU); off with auto or on, and in a GPU build]
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; `--spec-lookup=false` turns it off. It needs unfused decode steps on the CPU: named with --flash-attn auto it turns the fused kernel off there, and with on it is refused [default: on where decode steps already run unfused (--flash-attn prefill or off, on the CPU); off otherwise]
     #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = BoolishValueParser::new(), help_heading = MODEL)]
     pub spec_lookup: Option<bool>,
-    /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both on the CPU (see docs/deployment.md) [default: prefill on the CPU; in a GPU build auto, llama.cpp's choice]
+    /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both for a lone stream on the CPU, slower with many (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it]
     #[arg(long = "flash-attn", env = "SKILLHOST_FLASH_ATTN", help_heading = MODEL)]
     pub flash_attn: Option<FlashAttnArg>,
     /// Temperature for requests that set none, 0 to 2, as llama-server's --temp [default: 0.8]
@@ -494,10 +494,11 @@ pub enum MultiAgentArg {
 }
 
 /// Whether drafting is on when `--spec-lookup` is not given: wherever
-/// decode steps already run unfused on the CPU (`prefill`, the default, and
-/// `off`), so drafting changes neither the kernels nor greedy output. With
-/// `auto` it would turn the CPU's fused prefill off too, and `on` refuses
-/// it; a GPU's kernels are not checked to keep drafted output exact.
+/// decode steps already run unfused on the CPU (`prefill` and `off`), so
+/// drafting changes neither the kernels nor greedy output. With `auto`, the
+/// default, it would turn the CPU's fused kernel off (prefill and
+/// several streams' steps slow down), and `on` refuses it; a GPU's kernels
+/// are not checked to keep drafted output exact.
 fn drafts_by_default(flash_attn: FlashAttn) -> bool {
     !skillhost_engine::GPU_BUILD && matches!(flash_attn, FlashAttn::Prefill | FlashAttn::Off)
 }
@@ -1814,7 +1815,6 @@ no-skills: true
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     n_threads: None,
-                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 },
                 models: vec![ModelConfig::Local(EngineConfig {
@@ -1822,7 +1822,6 @@ no-skills: true
                     name: Some("m".into()),
                     n_ctx: Some(1024),
                     n_parallel: 3,
-                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 })],
                 model_limits: models::limits(None, None, None).unwrap(),
@@ -1978,7 +1977,7 @@ skills-watch: true
     }
 
     #[test]
-    fn flash_attention_defaults_to_prefill_on_the_cpu_and_drafting_follows_unfused_decode_steps() {
+    fn flash_attention_is_llama_cpps_choice_and_drafting_follows_unfused_decode_steps() {
         let dir = dir();
         let model = write(dir.path(), "m.gguf", "");
         let model = model.to_string_lossy();
@@ -1989,9 +1988,8 @@ skills-watch: true
         let flash = |extra: &[&str]| engine(extra).map(|(flash_attn, _)| flash_attn);
         let drafting = |extra: &[&str]| engine(extra).map(|(_, spec_lookup)| spec_lookup);
         let cpu = !skillhost_engine::GPU_BUILD;
-        let default = if cpu { FlashAttn::Prefill } else { FlashAttn::Auto };
-        assert_eq!(flash(&[]).unwrap(), default);
-        assert_eq!(flash(&["--flash-attn", "auto"]).unwrap(), FlashAttn::Auto);
+        assert_eq!(flash(&[]).unwrap(), FlashAttn::Auto);
+        assert_eq!(flash(&["--flash-attn", "prefill"]).unwrap(), FlashAttn::Prefill);
         assert_eq!(flash(&["--flash-attn", "off"]).unwrap(), FlashAttn::Off);
         assert_eq!(flash(&["--flash-attn", "on"]).unwrap(), FlashAttn::On);
         let file = write(dir.path(), "f.yaml", "flash-attn: off\n");
@@ -2000,17 +1998,19 @@ skills-watch: true
         assert!(err.contains("fast") && err.contains("auto"), "{err}");
 
         // Drafting is on by default where decode steps run unfused on the
-        // CPU, off where it would change the kernels (auto) or is refused (on).
-        assert_eq!(drafting(&[]).unwrap(), cpu);
+        // CPU, off where it would change the kernels (auto, the default) or
+        // is refused (on).
+        assert!(!drafting(&[]).unwrap());
+        assert_eq!(drafting(&["--flash-attn", "prefill"]).unwrap(), cpu);
         assert_eq!(drafting(&["--flash-attn", "off"]).unwrap(), cpu);
         assert!(!drafting(&["--flash-attn", "auto"]).unwrap());
         assert!(!drafting(&["--flash-attn", "on"]).unwrap());
         // Named, it is what it says, from a flag, a variable or a file.
         assert!(drafting(&["--spec-lookup"]).unwrap());
         assert!(drafting(&["--spec-lookup=true", "--flash-attn", "auto"]).unwrap());
-        assert!(!drafting(&["--spec-lookup=false"]).unwrap());
-        assert!(!drafting(&["--spec-lookup=off"]).unwrap());
-        let off = write(dir.path(), "s.yaml", "spec-lookup: false\n");
+        assert!(!drafting(&["--spec-lookup=false", "--flash-attn", "prefill"]).unwrap());
+        assert!(!drafting(&["--spec-lookup=off", "--flash-attn", "off"]).unwrap());
+        let off = write(dir.path(), "s.yaml", "flash-attn: prefill\nspec-lookup: false\n");
         assert!(!drafting(&["--config", &off.to_string_lossy()]).unwrap());
         assert!(drafting(&["--config", &off.to_string_lossy(), "--spec-lookup"]).unwrap());
         let err = drafting(&["--spec-lookup=maybe"]).unwrap_err().0;
