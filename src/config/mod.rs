@@ -975,7 +975,8 @@ impl ServeArgs {
         }
         // Drafting keeps greedy output exact only where decode steps run
         // unfused attention on the CPU (see `skillhost_engine::flash_attention`),
-        // as `auto` and `off` do; `on` runs every step fused.
+        // as `prefill`, `off` and (while drafting) `auto` do; `on` runs every
+        // step fused.
         if self.spec_lookup == Some(true) && self.flash_attn == Some(FlashAttnArg::On) && !skillhost_engine::GPU_BUILD {
             return Err(ConfigError(
                 "--spec-lookup needs --flash-attn prefill, off or auto on the CPU: with ggml's fused attention a drafted step adds up attention in another order than an undrafted one, so greedy output could change".into(),
@@ -2005,7 +2006,7 @@ skills-watch: true
         assert_eq!(drafting(&["--flash-attn", "off"]).unwrap(), cpu);
         assert!(!drafting(&["--flash-attn", "auto"]).unwrap());
         assert!(!drafting(&["--flash-attn", "on"]).unwrap());
-        // Named, it is what it says, from a flag, a variable or a file.
+        // Named, it is what it says, from a flag or a file.
         assert!(drafting(&["--spec-lookup"]).unwrap());
         assert!(drafting(&["--spec-lookup=true", "--flash-attn", "auto"]).unwrap());
         assert!(!drafting(&["--spec-lookup=false", "--flash-attn", "prefill"]).unwrap());
