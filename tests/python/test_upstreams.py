@@ -233,15 +233,16 @@ def test_a_skills_request_runs_all_its_rounds_on_one_upstream_that_reuses_its_pr
     body = read_a_skill(fronted.url)
     after = counts()
     sent = {url: after[url][0] - before[url][0] for url in after}
-    refused = {url: after[url][1] - before[url][1] for url in after}
+    errors = {url: after[url][1] - before[url][1] for url in after}
     # Every request of the turn goes to the same upstream: one per round,
-    # and one more for each prompt it refused. Which file the model reads is
-    # its own choice; a large one (skill-authoring's SKILL.md) takes round 2
-    # past the upstream's 4,096-token slot, the upstream answers 400, and the
-    # loop sends the round again with the result replaced by a note.
-    assert sorted(sent.values())[0] == 0, (sent, refused)
+    # and one more for each prompt it refused (counted in its errors).
+    # Which file the model reads is its own choice; a large one
+    # (skill-authoring's SKILL.md) takes round 2 past the upstream's
+    # 4,096-token slot, the upstream answers 400, and the loop sends the
+    # round again with the result replaced by a note.
+    assert sorted(sent.values())[0] == 0, (sent, errors)
     home = max(sent, key=sent.get)
-    assert sent[home] == len(body["rounds"]) + refused[home], (sent, refused, body["rounds"])
+    assert sent[home] == len(body["rounds"]) + errors[home], (sent, errors, body["rounds"])
 
 
 def test_eight_concurrent_conversations_spread_and_stick_to_their_upstream(plain, upstreams):
