@@ -301,12 +301,11 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
     tokens / started.elapsed().as_secs_f64()
 }
 
-/// Speculative decoding from the context, side by side: skillhost on its
-/// defaults (on the CPU, `--flash-attn prefill` with drafting), without
-/// drafting on the same attention, and on `--flash-attn auto` (fused
-/// everywhere on the CPU, drafting off, as llama-server's default), against
-/// llama-server without speculation and with each n-gram `--spec-type` its
-/// build offers; the servers take turns.
+/// Speculative decoding from the context, side by side: skillhost on
+/// `--flash-attn prefill` (drafting comes on with it), the same without
+/// drafting, and on its default (`auto`: fused everywhere on the CPU, no
+/// drafting), against llama-server without speculation and with each n-gram
+/// `--spec-type` its build offers; the servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
     // `LOOKUP_SPEC_TYPES=a,b` (or empty) measures only those of its kinds.
@@ -315,9 +314,13 @@ pub fn lookup(binary: PathBuf, threads: i32) {
         Err(_) => ngram_spec_types(&binary),
     };
     let mut configs: Vec<(String, Side, Vec<String>)> = vec![
+        ("skillhost --flash-attn prefill".into(), Side::Skillhost, vec!["--flash-attn".into(), "prefill".into()]),
+        (
+            "skillhost --flash-attn prefill --spec-lookup=false".into(),
+            Side::Skillhost,
+            vec!["--flash-attn".into(), "prefill".into(), "--spec-lookup=false".into()],
+        ),
         ("skillhost".into(), Side::Skillhost, vec![]),
-        ("skillhost --spec-lookup=false".into(), Side::Skillhost, vec!["--spec-lookup=false".into()]),
-        ("skillhost --flash-attn auto".into(), Side::Skillhost, vec!["--flash-attn".into(), "auto".into()]),
         ("llama-server".into(), Side::LlamaServer, vec![]),
         ("llama-server -fa off".into(), Side::LlamaServer, vec!["-fa".into(), "off".into()]),
     ];
@@ -388,7 +391,7 @@ pub fn lookup(binary: PathBuf, threads: i32) {
     };
     let ours = |column: usize| median(rows[0][column].clone());
     println!(
-        "copy-heavy: {:.2}× our decode without lookup on the same attention (goal ≥ 2.0), {:.2}× on --flash-attn auto, {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
+        "copy-heavy: {:.2}× our decode without lookup on the same attention (goal ≥ 2.0), {:.2}× on our default, {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
         ours(0) / median(rows[1][0].clone()),
         ours(0) / median(rows[2][0].clone()),
         ours(0) / best_theirs(0),
