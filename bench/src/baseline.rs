@@ -303,8 +303,8 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
 
 /// Speculative decoding from the context, side by side: skillhost on
 /// `--flash-attn prefill` (drafting comes on with it), the same without
-/// drafting, and on its default (`auto`: fused everywhere on the CPU, no
-/// drafting), against llama-server without speculation and with each n-gram
+/// drafting, and on `auto` (its default: fused everywhere on the CPU, no
+/// drafting; named, so the row stays `auto` whatever the default), against llama-server without speculation and with each n-gram
 /// `--spec-type` its build offers; the servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
@@ -320,7 +320,7 @@ pub fn lookup(binary: PathBuf, threads: i32) {
             Side::Skillhost,
             vec!["--flash-attn".into(), "prefill".into(), "--spec-lookup=false".into()],
         ),
-        ("skillhost".into(), Side::Skillhost, vec![]),
+        ("skillhost --flash-attn auto".into(), Side::Skillhost, vec!["--flash-attn".into(), "auto".into()]),
         ("llama-server".into(), Side::LlamaServer, vec![]),
         ("llama-server -fa off".into(), Side::LlamaServer, vec!["-fa".into(), "off".into()]),
     ];

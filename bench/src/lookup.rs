@@ -180,6 +180,55 @@ fn step_costs(flash_attn: i32, copies: usize) -> (usize, Vec<(usize, f64)>) {
     (base, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
 }
 
+/// Conversations in [`crowded_step_costs`]' cache.
+const CROWD: usize = 8;
+
+/// Decode steps of one position for each of 1, 2 and [`CROWD`] sequences,
+/// over a cache that holds [`CROWD`] copies of the copy-heavy prompt, one
+/// per sequence (as a server's does with its other conversations generating
+/// or parked), interleaved over [`STEP_REPS`] rounds. The unfused kernels
+/// multiply out every cell in use, the other sequences' included, and the
+/// mask then zeroes them; the fused one skips a masked cell. Returns the
+/// cells in use and (sequences, median milliseconds) pairs.
+fn crowded_step_costs(flash_attn: i32) -> (usize, Vec<(usize, f64)>) {
+    let backend = skillhost_engine::backend().expect("llama backend");
+    let model = LlamaModel::load_from_file(backend, super::MODEL, &LlamaModelParams::default()).expect("model");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+    let params = skillhost_engine::context_params(8192, CROWD as u32, threads, flash_attn);
+    let mut ctx = model.new_context(backend, params).expect("context");
+    let tokens = model.vocab().tokenize(copy_prompt().as_bytes(), false, true);
+    let mut batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, CROWD as i32);
+    for seq in 0..CROWD as i32 {
+        for (chunk, tokens_in) in tokens.chunks(skillhost_engine::BATCH_SIZE as usize).enumerate() {
+            batch.clear();
+            for (i, token) in tokens_in.iter().enumerate() {
+                let at = chunk * skillhost_engine::BATCH_SIZE as usize + i;
+                batch.add(*token, at as i32, &[seq], false).expect("batch");
+            }
+            ctx.decode(&mut batch).expect("prefill");
+        }
+    }
+    let base = tokens.len();
+    let sizes = [1, 2, CROWD];
+    let mut times: Vec<Vec<f64>> = sizes.iter().map(|_| Vec::new()).collect();
+    for token in tokens.iter().take(STEP_REPS) {
+        for (size, times) in sizes.iter().zip(&mut times) {
+            batch.clear();
+            for seq in 0..*size as i32 {
+                batch.add(*token, base as i32, &[seq], true).expect("batch");
+            }
+            let started = Instant::now();
+            ctx.decode(&mut batch).expect("decode");
+            let _ = ctx.get_logits_ith(*size as i32 - 1);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            for seq in 0..*size as u32 {
+                ctx.clear_kv_cache_seq(Some(seq), Some(base as u32), None).expect("rewind");
+            }
+        }
+    }
+    (base * CROWD, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
+}
+
 /// Prints [`step_costs`] as ratios to a step of one position, on
 /// `prefill` (unfused for steps this small, as drafting is measured), and
 /// with `more` also fused everywhere (`on`, the CPU's `auto` without
@@ -202,6 +251,14 @@ pub fn print_step_costs(more: bool) {
         let one = costs[0].1;
         let row: Vec<String> = costs.iter().skip(1).map(|(size, ms)| format!("{size}: {:.2}×", ms / one)).collect();
         println!("  flash attention {name:<4} at {context:>5} tokens of context: 1: {one:.2} ms, {}", row.join(", "));
+    }
+    if more {
+        println!("a decode step of one position for each of 1, 2 and {CROWD} sequences, over a cache of {CROWD} conversations, median of {STEP_REPS}:");
+        for (name, policy) in [("prefill", prefill), ("on", on)] {
+            let (cells, costs) = crowded_step_costs(policy);
+            let row: Vec<String> = costs.iter().map(|(size, ms)| format!("{size}: {ms:.2} ms")).collect();
+            println!("  flash attention {name:<7} over {cells:>5} cells in use: {}", row.join(", "));
+        }
     }
 }
 

@@ -348,7 +348,8 @@ fn main() {
     // `skillhost-bench skills`, `exec`, `mcp`, `lookup`, `models`, `agents`, `budget`, `store`, `webui`,
     // `model`, `baseline`, `upstream`, `lookup-engine` and `lookup-servers`
     // (the two halves of `lookup`), `huge` (row 5 alone) or `steps` (a decode step's
-    // cost by its positions, which `lookup` prints first) runs one part.
+    // cost by its positions, which `lookup` prints first, and by the
+    // sequences in it over a crowded cache) runs one part.
     let only = std::env::args().nth(1);
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if only.as_deref() == Some("steps") {
