@@ -304,8 +304,9 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
 /// Speculative decoding from the context, side by side: skillhost on
 /// `--flash-attn prefill` (drafting comes on with it), the same without
 /// drafting, and on `auto` (its default: fused everywhere on the CPU, no
-/// drafting; named, so the row stays `auto` whatever the default), against llama-server without speculation and with each n-gram
-/// `--spec-type` its build offers; the servers take turns.
+/// drafting; named, so the row stays `auto` whatever the default), against
+/// llama-server without speculation and with each n-gram `--spec-type` its
+/// build offers; the servers take turns.
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
     // `LOOKUP_SPEC_TYPES=a,b` (or empty) measures only those of its kinds.

@@ -17,9 +17,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
 use skillhost_engine::lookup::MAX_DRAFT;
 use skillhost_engine::FlashAttn;
 use skillhost_engine::{
@@ -139,6 +141,18 @@ fn median(mut values: Vec<f64>) -> (f64, f64, f64) {
     (values[values.len() / 2], values[0], values[values.len() - 1])
 }
 
+/// Decodes `tokens` into sequence `seq` from position 0, a batch at a time.
+fn prefill_sequence(ctx: &mut LlamaContext, batch: &mut LlamaBatch, tokens: &[LlamaToken], seq: i32) {
+    for (chunk, tokens_in) in tokens.chunks(skillhost_engine::BATCH_SIZE as usize).enumerate() {
+        batch.clear();
+        for (i, token) in tokens_in.iter().enumerate() {
+            let at = chunk * skillhost_engine::BATCH_SIZE as usize + i;
+            batch.add(*token, at as i32, &[seq], at + 1 == tokens.len()).expect("batch");
+        }
+        ctx.decode(batch).expect("prefill");
+    }
+}
+
 /// Decode steps of one sequence by the positions they hold, from one to
 /// a longest draft's worth, interleaved over [`STEP_REPS`] rounds, after
 /// `copies` copies of the copy-heavy prompt: a drafted token costs one more
@@ -153,14 +167,7 @@ fn step_costs(flash_attn: i32, copies: usize) -> (usize, Vec<(usize, f64)>) {
     let mut ctx = model.new_context(backend, params).expect("context");
     let tokens = model.vocab().tokenize(copy_prompt().repeat(copies).as_bytes(), false, true);
     let mut batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, 1);
-    for (chunk, tokens_in) in tokens.chunks(skillhost_engine::BATCH_SIZE as usize).enumerate() {
-        batch.clear();
-        for (i, token) in tokens_in.iter().enumerate() {
-            let at = chunk * skillhost_engine::BATCH_SIZE as usize + i;
-            batch.add(*token, at as i32, &[0], at + 1 == tokens.len()).expect("batch");
-        }
-        ctx.decode(&mut batch).expect("prefill");
-    }
+    prefill_sequence(&mut ctx, &mut batch, &tokens, 0);
     let base = tokens.len();
     let sizes = [1, 2, 3, 5, 9, MAX_DRAFT + 1];
     let mut times: Vec<Vec<f64>> = sizes.iter().map(|_| Vec::new()).collect();
@@ -199,14 +206,7 @@ fn crowded_step_costs(flash_attn: i32) -> (usize, Vec<(usize, f64)>) {
     let tokens = model.vocab().tokenize(copy_prompt().as_bytes(), false, true);
     let mut batch = LlamaBatch::new(skillhost_engine::BATCH_SIZE as usize, CROWD as i32);
     for seq in 0..CROWD as i32 {
-        for (chunk, tokens_in) in tokens.chunks(skillhost_engine::BATCH_SIZE as usize).enumerate() {
-            batch.clear();
-            for (i, token) in tokens_in.iter().enumerate() {
-                let at = chunk * skillhost_engine::BATCH_SIZE as usize + i;
-                batch.add(*token, at as i32, &[seq], false).expect("batch");
-            }
-            ctx.decode(&mut batch).expect("prefill");
-        }
+        prefill_sequence(&mut ctx, &mut batch, &tokens, seq);
     }
     let base = tokens.len();
     let sizes = [1, 2, CROWD];
