@@ -229,19 +229,16 @@ fn crowded_step_costs(flash_attn: i32) -> (usize, Vec<(usize, f64)>) {
     (base * CROWD, sizes.iter().zip(times).map(|(size, times)| (*size, median(times).0)).collect())
 }
 
-/// Prints [`step_costs`] as ratios to a step of one position, on
-/// `prefill` (unfused for steps this small, as drafting is measured), and
-/// with `more` also fused everywhere (`on`, the CPU's `auto` without
-/// drafting and llama-server's default), and at a context four times as
-/// long.
+/// Prints [`step_costs`] as ratios to a step of one position, on `on`
+/// (fused everywhere: the CPU's `auto`, the default, and llama-server's),
+/// and with `more` also on `prefill` (unfused for steps this small), and at
+/// a context four times as long.
 pub fn print_step_costs(more: bool) {
-    let (prefill, on) = (
-        skillhost_engine::flash_attention(FlashAttn::Prefill, false),
-        skillhost_engine::flash_attention(FlashAttn::On, false),
-    );
-    let mut cases = vec![("prefill", prefill, 1)];
+    let (prefill, on) =
+        (skillhost_engine::flash_attention(FlashAttn::Prefill), skillhost_engine::flash_attention(FlashAttn::On));
+    let mut cases = vec![("on", on, 1)];
     if more {
-        cases.push(("on", on, 1));
+        cases.push(("prefill", prefill, 1));
         cases.push(("prefill", prefill, 4));
         cases.push(("on", on, 4));
     }
@@ -284,7 +281,7 @@ pub fn run() {
             })
             .collect()
     };
-    // Drafting on flash attention `prefill` (fused for prefill only)
+    // Drafting on the default flash attention (`auto`: fused on the CPU)
     // against the same attention without drafting.
     let start = |spec_lookup, flash_attn| {
         let config = EngineConfig {
@@ -298,8 +295,10 @@ pub fn run() {
         Engine::start(config).expect("the engine").0
     };
     let (plain, drafting) =
-        runtime.block_on(async { (start(false, FlashAttn::Prefill), start(true, FlashAttn::Prefill)) });
-    println!("speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on --flash-attn prefill):");
+        runtime.block_on(async { (start(false, FlashAttn::default()), start(true, FlashAttn::default())) });
+    println!(
+        "speculative decoding from the context (greedy, {RUNS} runs each, drafting ÷ not, both on --flash-attn auto):"
+    );
     let workloads = [
         ("copy-heavy turn", copy),
         ("prose", prose),

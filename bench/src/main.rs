@@ -448,7 +448,7 @@ fn main() {
 
 /// The engine's default flash-attention policy, for the bare loops.
 fn flash_attn() -> i32 {
-    skillhost_engine::flash_attention(skillhost_engine::FlashAttn::default(), false)
+    skillhost_engine::flash_attention(skillhost_engine::FlashAttn::default())
 }
 
 /// llama-server: `LLAMA_SERVER`, else the one `scripts/build-llama-server.sh`

@@ -1,25 +1,26 @@
-# Fused attention for prefill only (`--flash-attn prefill`): a flash-attention
-# policy llama.cpp does not have, patched into the llama.cpp that
-# llama-cpp-sys-2 builds.
+# Two edits to the llama.cpp that llama-cpp-sys-2 builds: fused attention
+# for prefill only (`--flash-attn prefill`), a flash-attention policy
+# llama.cpp does not have; and ggml-cpu's fused kernel computing every query
+# row whole, so drafted output stays exact with it (below).
 #
 # Why: on the CPU, ggml's fused attention kernel prefills faster than the
 # unfused one (1.4x on a fresh 3,000-token prompt), but decodes slower
 # (a one-position step pays more for every token of context), and it adds
-# up a one-position step in another order than a step of several, so drafted
-# output (--spec-lookup) would not be byte-identical. The unfused kernels
-# compute each row whole whatever the step holds. The new policy runs each
+# up a one-position step in another order than a step of several (the
+# second edit below removes that difference). The new policy runs each
 # graph of at least PREFILL_FROM query rows fused and every smaller one
 # (decode steps, drafted steps) unfused, over one KV cache.
 #
 # How: .cargo/config.toml names this file as CMAKE_PROJECT_INCLUDE, which
 # llama-cpp-sys-2 hands to CMake; CMake includes it after each project()
 # call. At the end of llama.cpp's top-level CMakeLists, three of the
-# `llama` library's sources are replaced by copies in the build folder with
-# the edits below; the crate's own files are never written. Each edit must
-# find its text exactly once, or the configure step fails, naming it: a new
-# llama-cpp-sys-2 is then a deliberate update of this file. The Makefile
-# rebuilds a llama.cpp configured with another version of this file (it
-# compares the hash written below); plain cargo does not notice an edit.
+# `llama` library's sources and one of `ggml-cpu`'s are replaced by copies
+# in the build folder with the edits below; the crate's own files are never
+# written. Each edit must find its text exactly once, or the configure step
+# fails, naming it: a new llama-cpp-sys-2 is then a deliberate update of
+# this file. The Makefile rebuilds a llama.cpp configured with another
+# version of this file (it compares the hash written below); plain cargo
+# does not notice an edit.
 #
 # What the policy is, in llama.cpp's terms:
 # - llama_context_params.flash_attn_type = 2, which the patched library's
@@ -36,6 +37,19 @@
 # PREFILL_FROM is 64 (the engine's PREFILL_FUSED_FROM_ROWS), ggml-cpu's
 # GGML_FA_TILE_Q: from there its fused kernel runs tiled, which is where it
 # is fast. A drafted step holds at most 17 (asserted in engine/src/load.rs).
+#
+# A second, smaller edit, to ggml-cpu's fused kernel itself (ops.cpp), keeps
+# drafted output exact with fused decode steps too (`auto`, `on`): ggml
+# computes a step of one query row over 512 cells or more by splitting the
+# cells across threads and merging the parts, but a step of 2 to 63 rows
+# computes each row whole, one thread per row. A drafted step's first row
+# would then be added up in another order than the same position decoded
+# alone, and greedy output could change where two tokens nearly tie. The
+# edit turns the split off, so every row below the tiled kernel's 64 is
+# computed whole, by the same code, whatever else the step holds. The cost:
+# attention in a lone decode step runs on as many threads as the model has
+# query heads, not on all of them (on 2 cores, 4 to 8% per step from 858 to
+# 3,432 cells; docs/benchmarks.md).
 
 if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR SKILLHOST_LLAMA_PATCH_DEFERRED)
     return()
@@ -50,6 +64,32 @@ function(skillhost_edit text_var file before after)
     endif()
     string(REPLACE "${before}" "${after}" edited "${${text_var}}")
     set(${text_var} "${edited}" PARENT_SCOPE)
+endfunction()
+
+# Replaces each of `target`'s sources listed after `out` (as the target
+# lists them) by its edited copy in `out`, named with its slashes as dashes;
+# the other sources are made absolute, as the target is now edited from
+# another directory than the one that made it.
+function(skillhost_use_copies target out)
+    get_target_property(sources ${target} SOURCES)
+    get_target_property(dir ${target} SOURCE_DIR)
+    set(copies ${ARGN})
+    set(patched "")
+    foreach(source IN LISTS sources)
+        if(source IN_LIST copies)
+            string(REPLACE "/" "-" copy "${source}")
+            list(APPEND patched "${out}/${copy}")
+            list(REMOVE_ITEM copies "${source}")
+        elseif(IS_ABSOLUTE "${source}")
+            list(APPEND patched "${source}")
+        else()
+            list(APPEND patched "${dir}/${source}")
+        endif()
+    endforeach()
+    if(copies)
+        message(FATAL_ERROR "skillhost's llama.cpp patch: target ${target} no longer lists ${copies}\nUpdate engine/llama-patch/patch.cmake for this llama.cpp.")
+    endif()
+    set_property(TARGET ${target} PROPERTY SOURCES "${patched}")
 endfunction()
 
 function(skillhost_patch_llama)
@@ -91,22 +131,23 @@ function(skillhost_patch_llama)
         "        if (v_trans) {\n            v = ggml_cont(ctx0, ggml_transpose(ctx0, v));\n        }\n")
     file(WRITE "${out}/llama-graph.cpp" "${text}")
 
-    get_target_property(sources llama SOURCES)
-    set(patched "")
-    foreach(source IN LISTS sources)
-        if(source STREQUAL "llama.cpp" OR source STREQUAL "llama-context.cpp" OR source STREQUAL "llama-graph.cpp")
-            list(APPEND patched "${out}/${source}")
-        else()
-            if(NOT IS_ABSOLUTE "${source}")
-                set(source "${src}/${source}")
-            endif()
-            list(APPEND patched "${source}")
-        endif()
-    endforeach()
-    set_property(TARGET llama PROPERTY SOURCES "${patched}")
+    skillhost_use_copies(llama "${out}" llama.cpp llama-context.cpp llama-graph.cpp)
     # As llama.cpp's own CMakeLists does for its core sources.
     set_source_files_properties("${out}/llama.cpp" "${out}/llama-context.cpp" "${out}/llama-graph.cpp"
         DIRECTORY "${src}" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+
+    # ggml-cpu's ops.cpp: no split of a one-row step's cells across threads.
+    set(ggml_cpu_ops "ggml-cpu/ops.cpp")
+    if(NOT TARGET ggml-cpu)
+        message(FATAL_ERROR "skillhost's llama.cpp patch: no target ggml-cpu (one CPU backend, no variants, is expected)\nUpdate engine/llama-patch/patch.cmake for this llama.cpp.")
+    endif()
+    get_target_property(ggml_src ggml-cpu SOURCE_DIR)
+    file(READ "${ggml_src}/${ggml_cpu_ops}" text)
+    skillhost_edit(text ggml-cpu/ops.cpp
+        "q->type == GGML_TYPE_F32 && nek1 >= 512;"
+        "q->type == GGML_TYPE_F32 && nek1 >= 512 && false; // skillhost: every row whole (engine/llama-patch/patch.cmake)")
+    file(WRITE "${out}/ggml-cpu-ops.cpp" "${text}")
+    skillhost_use_copies(ggml-cpu "${out}" "${ggml_cpu_ops}")
 
     file(SHA256 "${SKILLHOST_LLAMA_PATCH_FILE}" hash)
     file(WRITE "${CMAKE_BINARY_DIR}/skillhost-llama-patch.sha256" "${hash}\n")

@@ -87,7 +87,7 @@ pub(crate) fn run(
     }
     let n_ctx = config.n_ctx.unwrap_or_else(|| model.n_ctx_train().min(DEFAULT_MAX_CTX)).max(1);
     let n_parallel = config.n_parallel.max(1);
-    let flash_attn = flash_attention(config.flash_attn, config.spec_lookup);
+    let flash_attn = flash_attention(config.flash_attn);
     let ctx = match model.new_context(backend, context_params(n_ctx, n_parallel, threads, flash_attn)) {
         Ok(ctx) => ctx,
         Err(err) => {

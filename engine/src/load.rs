@@ -49,8 +49,9 @@ pub const FLASH_ATTN_FOR_PREFILL: llama_flash_attn_type = 2;
 /// `64` in `patch.cmake`).
 pub const PREFILL_FUSED_FROM_ROWS: usize = 64;
 
-// Every drafted step must run unfused, or drafted greedy output under the
-// policy would not be byte-identical.
+// Every drafted step must stay below the rows from which the policy runs
+// fused and ggml's fused kernel runs tiled (the same 64), or drafted greedy
+// output would not be byte-identical: below them every row is computed whole.
 const _: () = assert!(crate::lookup::MAX_STEP_TOKENS_WITH_DRAFTS < PREFILL_FUSED_FROM_ROWS);
 
 extern "C" {
@@ -66,27 +67,23 @@ fn patched_prefill_policy() -> llama_flash_attn_type {
     unsafe { skillhost_flash_attn_for_prefill() }
 }
 
-/// llama.cpp's flash-attention policy for `setting`, with `drafting` on
-/// (`--spec-lookup`) or off.
+/// llama.cpp's flash-attention policy for `setting`.
 ///
-/// On the CPU, ggml's fused attention prefills faster than the unfused
-/// kernels but decodes slower, and from 512 cells of context on it splits a
-/// one-position step's context across threads and adds the parts up in
-/// another order than it adds up a step of several. So a drafted step
-/// would not give each position the logits a step of that one position
-/// gives, and greedy output could change where two tokens nearly tie. The
-/// unfused kernels compute every dot product whole, one row at a time,
-/// whatever the step holds (with llamafile's tinyBLAS left out:
-/// `.cargo/config.toml`). So drafting on the CPU turns `auto` off, and the
-/// configuration refuses `--flash-attn on` with `--spec-lookup` there.
-/// `prefill` is fused for prefill only: decode and drafted steps (at most
-/// `MAX_STEP_TOKENS_WITH_DRAFTS` positions, far below its 64 rows) run
-/// unfused. It is not `auto` because a prompt's numerics then depend on how
-/// it was split into micro-batches: a suffix decoded after a cache hit runs
-/// unfused where a fresh prefill of the same tokens ran fused.
-pub fn flash_attention(setting: FlashAttn, drafting: bool) -> llama_flash_attn_type {
+/// Drafting (`--spec-lookup`) keeps greedy output exact with every policy on
+/// the CPU: a drafted step holds at most `MAX_STEP_TOKENS_WITH_DRAFTS`
+/// positions, below the 64 rows from which ggml's fused kernel runs tiled,
+/// and below that both kernels compute each position's row whole, in the
+/// same order whatever else the step holds. For the fused kernel that takes
+/// the patch's edit to ggml-cpu, which stops it splitting a lone position's
+/// context across threads (`engine/llama-patch/patch.cmake`); the unfused
+/// kernels do so as they are (with llamafile's tinyBLAS left out:
+/// `.cargo/config.toml`). `prefill` is fused for prefill only: decode and
+/// drafted steps run unfused. It is not `auto` because a prompt's numerics
+/// then depend on how it was split into micro-batches: a suffix decoded
+/// after a cache hit runs unfused where a fresh prefill of the same tokens
+/// ran fused.
+pub fn flash_attention(setting: FlashAttn) -> llama_flash_attn_type {
     match setting {
-        FlashAttn::Auto if drafting && !GPU_BUILD => LLAMA_FLASH_ATTN_TYPE_DISABLED,
         FlashAttn::Auto => LLAMA_FLASH_ATTN_TYPE_AUTO,
         FlashAttn::On => LLAMA_FLASH_ATTN_TYPE_ENABLED,
         FlashAttn::Off => LLAMA_FLASH_ATTN_TYPE_DISABLED,
@@ -241,12 +238,9 @@ mod tests {
     fn the_linked_llama_cpp_has_the_prefill_policy() {
         assert_eq!(patched_prefill_policy(), FLASH_ATTN_FOR_PREFILL);
         assert_eq!(flash_attention_name(FLASH_ATTN_FOR_PREFILL), "on for prefill");
-        assert_eq!(flash_attention(FlashAttn::Prefill, true), FLASH_ATTN_FOR_PREFILL);
-        assert_eq!(flash_attention(FlashAttn::Prefill, false), FLASH_ATTN_FOR_PREFILL);
-        let drafting = if GPU_BUILD { LLAMA_FLASH_ATTN_TYPE_AUTO } else { LLAMA_FLASH_ATTN_TYPE_DISABLED };
-        assert_eq!(flash_attention(FlashAttn::Auto, true), drafting);
-        assert_eq!(flash_attention(FlashAttn::Auto, false), LLAMA_FLASH_ATTN_TYPE_AUTO);
-        assert_eq!(flash_attention(FlashAttn::On, false), LLAMA_FLASH_ATTN_TYPE_ENABLED);
-        assert_eq!(flash_attention(FlashAttn::Off, false), LLAMA_FLASH_ATTN_TYPE_DISABLED);
+        assert_eq!(flash_attention(FlashAttn::Prefill), FLASH_ATTN_FOR_PREFILL);
+        assert_eq!(flash_attention(FlashAttn::Auto), LLAMA_FLASH_ATTN_TYPE_AUTO);
+        assert_eq!(flash_attention(FlashAttn::On), LLAMA_FLASH_ATTN_TYPE_ENABLED);
+        assert_eq!(flash_attention(FlashAttn::Off), LLAMA_FLASH_ATTN_TYPE_DISABLED);
     }
 }

@@ -312,7 +312,7 @@ pub struct ServeArgs {
     /// Folder where the prefix every request shares (system text and skills block) is saved, so it is not prefilled again after a restart [default: off]
     #[arg(long, env = "SKILLHOST_PREFIX_CACHE", value_hint = ValueHint::DirPath, help_heading = MODEL)]
     pub prefix_cache: Option<PathBuf>,
-    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; `--spec-lookup=false` turns it off. It needs unfused decode steps on the CPU: named with --flash-attn auto it turns the fused kernel off there, and with on it is refused [default: on where decode steps already run unfused (--flash-attn prefill or off, on the CPU); off otherwise]
+    /// Draft tokens from each sequence's own context (prompt lookup) and check them in the batch: faster where a turn repeats text it holds (a rewritten file, a patch, a quoted result), with the same greedy output; `--spec-lookup=false` turns it off [default: on in a CPU build; off in a GPU build, whose kernels are not checked to keep drafted output exact]
     #[arg(long = "spec-lookup", env = "SKILLHOST_SPEC_LOOKUP", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = BoolishValueParser::new(), help_heading = MODEL)]
     pub spec_lookup: Option<bool>,
     /// llama.cpp's flash attention (auto, on, off or prefill), as llama-server's -fa; prefill runs the fused kernel for prefill and the unfused ones for decoding, faster at both for a lone stream on the CPU, slower with many (see docs/deployment.md) [default: auto, llama.cpp's choice: on where the device supports it]
@@ -493,14 +493,12 @@ pub enum MultiAgentArg {
     Off,
 }
 
-/// Whether drafting is on when `--spec-lookup` is not given: wherever
-/// decode steps already run unfused on the CPU (`prefill` and `off`), so
-/// drafting changes neither the kernels nor greedy output. With `auto`, the
-/// default, it would turn the CPU's fused kernel off (prefill and
-/// several streams' steps slow down), and `on` refuses it; a GPU's kernels
-/// are not checked to keep drafted output exact.
-fn drafts_by_default(flash_attn: FlashAttn) -> bool {
-    !skillhost_engine::GPU_BUILD && matches!(flash_attn, FlashAttn::Prefill | FlashAttn::Off)
+/// Whether drafting is on when `--spec-lookup` is not given: on the CPU,
+/// where every flash-attention policy computes a drafted step's positions
+/// as it computes each alone (see `skillhost_engine::flash_attention`), so
+/// greedy output is unchanged. A GPU's kernels are not checked for that.
+fn drafts_by_default() -> bool {
+    !skillhost_engine::GPU_BUILD
 }
 
 /// `--flash-attn`.
@@ -973,15 +971,6 @@ impl ServeArgs {
             }
             None => {}
         }
-        // Drafting keeps greedy output exact only where decode steps run
-        // unfused attention on the CPU (see `skillhost_engine::flash_attention`),
-        // as `prefill`, `off` and (while drafting) `auto` do; `on` runs every
-        // step fused.
-        if self.spec_lookup == Some(true) && self.flash_attn == Some(FlashAttnArg::On) && !skillhost_engine::GPU_BUILD {
-            return Err(ConfigError(
-                "--spec-lookup needs --flash-attn prefill, off or auto on the CPU: with ggml's fused attention a drafted step adds up attention in another order than an undrafted one, so greedy output could change".into(),
-            ));
-        }
         let remote = self.resolve_upstreams()?;
         if let Some(id) = &self.replica_id {
             skillhost_actors::replica::check(id).map_err(|err| ConfigError(err.to_string()))?;
@@ -1260,7 +1249,6 @@ impl ServeArgs {
                 "--max-detached-turns must be between 1 and {MAX_DETACHED_TURNS}, got {max_detached_turns}"
             )));
         }
-        let flash_attn = self.flash_attn.map_or_else(FlashAttn::default, FlashAttn::from);
         let engine = EngineConfig {
             model_path: model,
             name: model_names.get(default_index).cloned(),
@@ -1269,8 +1257,8 @@ impl ServeArgs {
             n_threads: threads,
             gpu_layers: self.gpu_layers,
             prefix_cache: self.prefix_cache,
-            spec_lookup: self.spec_lookup.unwrap_or(drafts_by_default(flash_attn)),
-            flash_attn,
+            spec_lookup: self.spec_lookup.unwrap_or_else(drafts_by_default),
+            flash_attn: self.flash_attn.map_or_else(FlashAttn::default, FlashAttn::from),
             ..EngineConfig::default()
         };
         // Every model, the default first, each with the server-wide
@@ -1816,6 +1804,7 @@ no-skills: true
                     n_ctx: Some(1024),
                     n_parallel: 3,
                     n_threads: None,
+                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 },
                 models: vec![ModelConfig::Local(EngineConfig {
@@ -1823,6 +1812,7 @@ no-skills: true
                     name: Some("m".into()),
                     n_ctx: Some(1024),
                     n_parallel: 3,
+                    spec_lookup: !skillhost_engine::GPU_BUILD,
                     ..Default::default()
                 })],
                 model_limits: models::limits(None, None, None).unwrap(),
@@ -1978,7 +1968,7 @@ skills-watch: true
     }
 
     #[test]
-    fn flash_attention_is_llama_cpps_choice_and_drafting_follows_unfused_decode_steps() {
+    fn flash_attention_is_llama_cpps_choice_and_drafting_is_on_on_the_cpu_with_any_policy() {
         let dir = dir();
         let model = write(dir.path(), "m.gguf", "");
         let model = model.to_string_lossy();
@@ -1998,32 +1988,32 @@ skills-watch: true
         let err = flash(&["--flash-attn", "fast"]).unwrap_err().0;
         assert!(err.contains("fast") && err.contains("auto"), "{err}");
 
-        // Drafting is on by default where decode steps run unfused on the
-        // CPU, off where it would change the kernels (auto, the default) or
-        // is refused (on).
-        assert!(!drafting(&[]).unwrap());
-        assert_eq!(drafting(&["--flash-attn", "prefill"]).unwrap(), cpu);
-        assert_eq!(drafting(&["--flash-attn", "off"]).unwrap(), cpu);
-        assert!(!drafting(&["--flash-attn", "auto"]).unwrap());
-        assert!(!drafting(&["--flash-attn", "on"]).unwrap());
-        // Named, it is what it says, from a flag or a file.
+        // Drafting is on by default in a CPU build, whatever the policy;
+        // a GPU build leaves it off.
+        for policy in [
+            &[][..],
+            &["--flash-attn", "auto"],
+            &["--flash-attn", "on"],
+            &["--flash-attn", "off"],
+            &["--flash-attn", "prefill"],
+        ] {
+            assert_eq!(drafting(policy).unwrap(), cpu, "{policy:?}");
+        }
+        // Named, it is what it says, from a flag or a file, with any policy.
         assert!(drafting(&["--spec-lookup"]).unwrap());
         assert!(drafting(&["--spec-lookup=true", "--flash-attn", "auto"]).unwrap());
         assert!(!drafting(&["--spec-lookup=false", "--flash-attn", "prefill"]).unwrap());
         assert!(!drafting(&["--spec-lookup=off", "--flash-attn", "off"]).unwrap());
+        assert!(!drafting(&["--spec-lookup=false"]).unwrap());
         let off = write(dir.path(), "s.yaml", "flash-attn: prefill\nspec-lookup: false\n");
         assert!(!drafting(&["--config", &off.to_string_lossy()]).unwrap());
         assert!(drafting(&["--config", &off.to_string_lossy(), "--spec-lookup"]).unwrap());
         let err = drafting(&["--spec-lookup=maybe"]).unwrap_err().0;
         assert!(err.contains("maybe"), "{err}");
-        assert_eq!(flash(&["--spec-lookup", "--flash-attn", "auto"]).unwrap(), FlashAttn::Auto);
-        assert_eq!(flash(&["--spec-lookup", "--flash-attn", "prefill"]).unwrap(), FlashAttn::Prefill);
-        let on = flash(&["--spec-lookup", "--flash-attn", "on"]);
-        if cpu {
-            let err = on.unwrap_err().0;
-            assert!(err.contains("--spec-lookup needs --flash-attn prefill, off or auto"), "{err}");
-        } else {
-            assert_eq!(on.unwrap(), FlashAttn::On);
+        for (name, policy) in
+            [("auto", FlashAttn::Auto), ("on", FlashAttn::On), ("off", FlashAttn::Off), ("prefill", FlashAttn::Prefill)]
+        {
+            assert_eq!(engine(&["--spec-lookup", "--flash-attn", name]).unwrap(), (policy, true), "{name}");
         }
     }
 

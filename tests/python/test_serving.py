@@ -7,6 +7,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
 from conftest import DEFAULT_MODEL, GEMMA_MODEL
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -176,17 +178,17 @@ def test_a_shared_system_prompt_is_copied_and_survives_a_restart(start_server, t
     assert "restored the shared prefix" in "".join(restarted.log), "".join(restarted.log)
 
 
-def test_drafting_from_the_context_is_on_with_unfused_decode_steps_and_counted(start_server):
-    """With `--flash-attn prefill` (decode steps unfused on the CPU) the
-    server drafts from each sequence's context unless told not to, and
-    reports the drafts as llama-server does (`timings.draft_n`,
-    `draft_n_accepted`) and in /metrics. The schema's only value is a line
-    of the prompt, so the grammar makes the model write that line whatever
-    its weights prefer: once its first words are out, the rest is found in
-    the prompt, drafted and kept."""
+@pytest.mark.parametrize("drafting", [[], ["--spec-lookup=false"]], ids=["default", "off"])
+def test_drafting_from_the_context_is_on_by_default_and_counted(start_server, drafting):
+    """On the CPU the server drafts from each sequence's context unless told
+    not to (`--spec-lookup=false`), and reports the drafts as llama-server
+    does (`timings.draft_n`, `draft_n_accepted`) and in /metrics. The
+    schema's only value is a line of the prompt, so the grammar makes the
+    model write that line whatever its weights prefer: once its first words
+    are out, the rest is found in the prompt, drafted and kept."""
     from openai import OpenAI
 
-    server = start_server("--model", str(DEFAULT_MODEL), "--no-skills", "--flash-attn", "prefill")
+    server = start_server("--model", str(DEFAULT_MODEL), "--no-skills", *drafting)
     client = OpenAI(base_url=server.url + "/v1", api_key="unused")
     line = "the quick brown fox jumps over the lazy dog beside the old stone bridge at dawn"
     schema = {
@@ -204,6 +206,9 @@ def test_drafting_from_the_context_is_on_with_unfused_decode_steps_and_counted(s
     )
     assert json.loads(answer.choices[0].message.content) == {"line": line}
     timings = answer.model_extra["timings"]
-    assert 0 < timings["draft_n_accepted"] <= timings["draft_n"], timings
+    if drafting:
+        assert timings["draft_n"] == timings["draft_n_accepted"] == 0, timings
+    else:
+        assert 0 < timings["draft_n_accepted"] <= timings["draft_n"], timings
     assert server.metric("skillhost_draft_tokens_total") == timings["draft_n"]
     assert server.metric("skillhost_draft_accepted_tokens_total") == timings["draft_n_accepted"]
