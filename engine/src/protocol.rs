@@ -79,13 +79,13 @@ pub enum Pooling {
 /// The trade on the CPU: ggml's fused kernel makes each decode step pay
 /// more for every token of context than the unfused one, and a step of
 /// several positions (checking drafts) cost nearly a whole step per
-/// position; without it prefill is slower. Drafting needs unfused decode
-/// steps on the CPU (see `flash_attention`). Figures in docs/deployment.md
-/// (`skillhost-bench steps`).
+/// position; without it prefill is slower. Drafting keeps greedy output
+/// exact with each of them (see `flash_attention`). Figures in
+/// docs/deployment.md (`skillhost-bench steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlashAttn {
     /// llama.cpp's own choice, on wherever the device supports it, the CPU
-    /// included; off on the CPU while drafting. The default: with several
+    /// included. The default: with several
     /// streams, the fused kernel skips the cells of the other sequences
     /// that the unfused kernels multiply out, and that outweighs what
     /// `Prefill` gains on a lone stream (docs/benchmarks.md).
