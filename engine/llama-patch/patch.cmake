@@ -49,7 +49,7 @@
 # computed whole, by the same code, whatever else the step holds. The cost:
 # attention in a lone decode step runs on as many threads as the model has
 # query heads, not on all of them (on 2 cores, 4 to 8% per step from 858 to
-# 3,432 cells; docs/benchmarks.md).
+# 3,432 cells; docs/deployment.md).
 
 if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR SKILLHOST_LLAMA_PATCH_DEFERRED)
     return()
