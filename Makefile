@@ -146,7 +146,8 @@ endif
 # removed and built again. So is one built with llamafile's tinyBLAS (before
 # .cargo/config.toml turned it off): cargo does not rebuild it by itself, as
 # the variable was not set when it was built. So is one configured without
-# the current engine/llama-patch/patch.cmake (its hash, which the patch
+# the current engine/llama-patch/ (the hash of patch.cmake and
+# flash-attn-rows.cpp, which the patch
 # writes into the build folder, differs), for the same reason.
 cpu-guard:
 	@flags=$$( (grep -m1 '^flags' /proc/cpuinfo; echo "$(NO_AMX)") | sha256sum | cut -c1-16); \
@@ -172,10 +173,10 @@ cpu-guard:
 			break; \
 		fi; \
 	done
-	@patch=$$(sha256sum engine/llama-patch/patch.cmake | cut -d' ' -f1); \
+	@patch=$$(cat engine/llama-patch/patch.cmake engine/llama-patch/flash-attn-rows.cpp | sha256sum | cut -d' ' -f1); \
 	for build in $(TARGET_DIR)/release/build/llama-cpp-sys-2-*/out/build; do \
 		if [ -f "$$build/CMakeCache.txt" ] && [ "$$(cat "$$build/skillhost-llama-patch.sha256" 2>/dev/null)" != "$$patch" ]; then \
-			echo "llama.cpp in $(TARGET_DIR) was built without this engine/llama-patch/patch.cmake: rebuilding it"; \
+			echo "llama.cpp in $(TARGET_DIR) was built without this engine/llama-patch/: rebuilding it"; \
 			$(CARGO) clean -p llama-cpp-sys-2 --release; \
 			break; \
 		fi; \

@@ -1,7 +1,8 @@
 # Two edits to the llama.cpp that llama-cpp-sys-2 builds: fused attention
 # for prefill only (`--flash-attn prefill`), a flash-attention policy
-# llama.cpp does not have; and ggml-cpu's fused kernel computing every query
-# row whole, so drafted output stays exact with it (below).
+# llama.cpp does not have; and ggml-cpu's fused kernel computing steps
+# below 64 rows with a kernel of ours, each row the same whatever rows
+# share its step, so drafted output stays exact with it (below).
 #
 # Why: on the CPU, ggml's fused attention kernel prefills faster than the
 # unfused one (1.4x on a fresh 3,000-token prompt), but decodes slower
@@ -19,8 +20,8 @@
 # written. Each edit must find its text exactly once, or the configure step
 # fails, naming it: a new llama-cpp-sys-2 is then a deliberate update of
 # this file. The Makefile rebuilds a llama.cpp configured with another
-# version of this file (it compares the hash written below); plain cargo
-# does not notice an edit.
+# version of this file or of flash-attn-rows.cpp (it compares the hash
+# written below); plain cargo does not notice an edit.
 #
 # What the policy is, in llama.cpp's terms:
 # - llama_context_params.flash_attn_type = 2, which the patched library's
@@ -38,24 +39,30 @@
 # GGML_FA_TILE_Q: from there its fused kernel runs tiled, which is where it
 # is fast. A drafted step holds at most 17 (asserted in engine/src/load.rs).
 #
-# A second, smaller edit, to ggml-cpu's fused kernel itself (ops.cpp), keeps
-# drafted output exact with fused decode steps too (`auto`, `on`): ggml
-# computes a step of one query row over 512 cells or more by splitting the
-# cells across threads and merging the parts, but a step of 2 to 63 rows
-# computes each row whole, one thread per row. A drafted step's first row
-# would then be added up in another order than the same position decoded
-# alone, and greedy output could change where two tokens nearly tie. The
-# edit turns the split off, so every row below the tiled kernel's 64 is
-# computed whole, by the same code, whatever else the step holds. The cost:
-# attention in a lone decode step runs on as many threads as the model has
-# query heads, not on all of them (on 2 cores, 4 to 8% per step from 858 to
-# 3,432 cells; docs/deployment.md).
+# The second edit is to ggml-cpu's fused kernel itself (ops.cpp), and keeps
+# drafted output exact with fused decode steps too (`auto`, `on`). Checking
+# a draft must give each position the logits a step of that position alone
+# would. ggml computes a step of one query row over 512 cells or more by
+# splitting the cells across threads and merging the parts, and a step of 2
+# to 63 rows row by row, each row whole: a drafted step's first row would be
+# added up in another order than the same position decoded alone, and
+# greedy output could change where two tokens nearly tie. The edit turns the
+# split off, and runs every step below 64 rows through
+# flash-attn-rows.cpp (inserted into ops.cpp), which computes a row the same
+# whatever else its step holds, and takes the rows of a head together, each
+# block of cells widened once for all of them (that file says how). Where
+# that kernel does not apply (no AVX2, another K or V type), ggml's row by
+# row code runs, split off. Figures: docs/deployment.md.
 
 if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR SKILLHOST_LLAMA_PATCH_DEFERRED)
     return()
 endif()
 set(SKILLHOST_LLAMA_PATCH_DEFERRED ON)
 set(SKILLHOST_LLAMA_PATCH_FILE "${CMAKE_CURRENT_LIST_FILE}")
+get_filename_component(skillhost_patch_dir "${CMAKE_CURRENT_LIST_FILE}" DIRECTORY)
+file(READ "${skillhost_patch_dir}/flash-attn-rows.cpp" SKILLHOST_FA_ROWS)
+# CMake then configures again when the kernel changes, as for this file.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${skillhost_patch_dir}/flash-attn-rows.cpp")
 
 function(skillhost_edit text_var file before after)
     string(FIND "${${text_var}}" "${before}" at)
@@ -136,7 +143,7 @@ function(skillhost_patch_llama)
     set_source_files_properties("${out}/llama.cpp" "${out}/llama-context.cpp" "${out}/llama-graph.cpp"
         DIRECTORY "${src}" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 
-    # ggml-cpu's ops.cpp: no split of a one-row step's cells across threads.
+    # ggml-cpu's ops.cpp: no split of a one-row step's cells across threads,
     set(ggml_cpu_ops "ggml-cpu/ops.cpp")
     if(NOT TARGET ggml-cpu)
         message(FATAL_ERROR "skillhost's llama.cpp patch: no target ggml-cpu (one CPU backend, no variants, is expected)\nUpdate engine/llama-patch/patch.cmake for this llama.cpp.")
@@ -146,10 +153,21 @@ function(skillhost_patch_llama)
     skillhost_edit(text ggml-cpu/ops.cpp
         "q->type == GGML_TYPE_F32 && nek1 >= 512;"
         "q->type == GGML_TYPE_F32 && nek1 >= 512 && false; // skillhost: every row whole (engine/llama-patch/patch.cmake)")
+    # and steps below 64 rows through flash-attn-rows.cpp.
+    skillhost_edit(text ggml-cpu/ops.cpp
+        "static void ggml_compute_forward_flash_attn_ext_f16(\n"
+        "${SKILLHOST_FA_ROWS}\nstatic void ggml_compute_forward_flash_attn_ext_f16(\n")
+    # The kernel takes each thread's share of rows whole rather than ggml's
+    # chunks of them, so that rows reading the same K and V run together.
+    skillhost_edit(text ggml-cpu/ops.cpp
+        "        int current_chunk = ith;\n\n        while (current_chunk < nchunk) {\n"
+        "        int current_chunk = ith;\n\n        if (!use_tiled && !use_ref && skillhost_fa_rows_fit(dst)) {\n            const int64_t share = (nr + nth - 1)/nth;\n            skillhost_fa_rows(params, dst, std::min(nr, ith*share), std::min(nr, (ith + 1)*share));\n            current_chunk = nchunk;\n        }\n\n        while (current_chunk < nchunk) {\n")
     file(WRITE "${out}/ggml-cpu-ops.cpp" "${text}")
     skillhost_use_copies(ggml-cpu "${out}" "${ggml_cpu_ops}")
 
-    file(SHA256 "${SKILLHOST_LLAMA_PATCH_FILE}" hash)
+    # The hash of this file followed by the kernel's, as the Makefile takes it.
+    file(READ "${SKILLHOST_LLAMA_PATCH_FILE}" this)
+    string(SHA256 hash "${this}${SKILLHOST_FA_ROWS}")
     file(WRITE "${CMAKE_BINARY_DIR}/skillhost-llama-patch.sha256" "${hash}\n")
 endfunction()
 

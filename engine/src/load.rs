@@ -51,7 +51,8 @@ pub const PREFILL_FUSED_FROM_ROWS: usize = 64;
 
 // Every drafted step must stay below the rows from which the policy runs
 // fused and ggml's fused kernel runs tiled (the same 64), or drafted greedy
-// output would not be byte-identical: below them every row is computed whole.
+// output would not be byte-identical: below them each row is computed the
+// same whatever rows share its step.
 const _: () = assert!(crate::lookup::MAX_STEP_TOKENS_WITH_DRAFTS < PREFILL_FUSED_FROM_ROWS);
 
 extern "C" {
@@ -72,10 +73,11 @@ fn patched_prefill_policy() -> llama_flash_attn_type {
 /// Drafting (`--spec-lookup`) keeps greedy output exact with every policy on
 /// the CPU: a drafted step holds at most `MAX_STEP_TOKENS_WITH_DRAFTS`
 /// positions, below the 64 rows from which ggml's fused kernel runs tiled,
-/// and below that both kernels compute each position's row whole, in the
-/// same order whatever else the step holds. For the fused kernel that takes
-/// the patch's edit to ggml-cpu, which stops it splitting a lone position's
-/// context across threads (`engine/llama-patch/patch.cmake`); the unfused
+/// and below that both kernels compute each position's row the same
+/// whatever else the step holds. For the fused kernel that takes the
+/// patch's edit to ggml-cpu, which runs such steps through a kernel of our
+/// own and stops ggml's splitting a lone position's context across threads
+/// (`engine/llama-patch/patch.cmake`, `flash-attn-rows.cpp`); the unfused
 /// kernels do so as they are (with llamafile's tinyBLAS left out:
 /// `.cargo/config.toml`). `prefill` is fused for prefill only: decode and
 /// drafted steps run unfused. It is not `auto` because a prompt's numerics

@@ -76,10 +76,10 @@ pub enum Pooling {
 
 /// `--flash-attn`, as llama-server's `-fa`.
 ///
-/// The trade on the CPU: ggml's fused kernel makes each decode step pay
-/// more for every token of context than the unfused one, and a step of
-/// several positions (checking drafts) cost nearly a whole step per
-/// position; without it prefill is slower. Drafting keeps greedy output
+/// The trade on the CPU: the fused kernel makes a lone decode step pay more
+/// for every token of context than the unfused one (its steps below 64
+/// rows run the patch's own kernel, which checks drafts for less than the
+/// unfused kernels do); without it prefill is slower. Drafting keeps greedy output
 /// exact with each of them (see `flash_attention`). Figures in
 /// docs/deployment.md (`skillhost-bench steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

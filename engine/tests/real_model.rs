@@ -565,6 +565,63 @@ fn lookup_prompts() -> Vec<String> {
     prompts
 }
 
+/// A step of several positions gives each the logits a step of that
+/// position alone gives it, bit for bit, on every flash-attention policy:
+/// what keeps drafted greedy output byte-identical. The patch's kernel for
+/// fused steps below 64 rows (`engine/llama-patch/flash-attn-rows.cpp`)
+/// computes each row the same whatever rows share its step; its blocks of
+/// cells start at cell 0, so the contexts here start a step at several
+/// offsets within a block.
+#[test]
+fn a_step_of_several_positions_gives_each_the_logits_of_a_lone_step() {
+    use llama_cpp_2::llama_batch::LlamaBatch;
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::model::LlamaModel;
+    use skillhost_engine::lookup::MAX_STEP_TOKENS_WITH_DRAFTS as STEP;
+
+    let backend = skillhost_engine::backend().unwrap();
+    let model = LlamaModel::load_from_file(backend, model_path(), &LlamaModelParams::default()).unwrap();
+    let notes: Vec<String> =
+        (1..=60).map(|i| format!("Note {i}: the build of part {i} keeps its files in folder {i}.")).collect();
+    let tokens = model.vocab().tokenize(notes.join("\n").as_bytes(), false, true);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+    let mut batch = LlamaBatch::new(BATCH_SIZE as usize, 1);
+    for policy in [FlashAttn::Auto, FlashAttn::On, FlashAttn::Prefill, FlashAttn::Off] {
+        let params = skillhost_engine::context_params(4096, 1, threads, skillhost_engine::flash_attention(policy));
+        let mut ctx = model.new_context(backend, params).unwrap();
+        // One prefill, then each start of a step from the last down, the
+        // cache rewound to it.
+        let last = tokens.len() - STEP;
+        batch.clear();
+        for (at, token) in tokens[..last].iter().enumerate() {
+            batch.add(*token, at as i32, &[0], at + 1 == last).unwrap();
+        }
+        ctx.decode(&mut batch).unwrap();
+        for base in [last, 631, 613, 600] {
+            ctx.clear_kv_cache_seq(Some(0), Some(base as u32), None).unwrap();
+            let step = &tokens[base..base + STEP];
+            let mut alone = Vec::new();
+            for (i, token) in step.iter().enumerate() {
+                batch.clear();
+                batch.add(*token, (base + i) as i32, &[0], true).unwrap();
+                ctx.decode(&mut batch).unwrap();
+                alone.push(ctx.get_logits_ith(0).to_vec());
+            }
+            ctx.clear_kv_cache_seq(Some(0), Some(base as u32), None).unwrap();
+            batch.clear();
+            for (i, token) in step.iter().enumerate() {
+                batch.add(*token, (base + i) as i32, &[0], true).unwrap();
+            }
+            ctx.decode(&mut batch).unwrap();
+            for (i, expected) in alone.iter().enumerate() {
+                let together = ctx.get_logits_ith(i as i32);
+                let differ = together.iter().zip(expected).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(differ, 0, "{policy:?}, {base} cells before the step: position {i} of {STEP}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn drafting_from_the_context_leaves_greedy_output_byte_identical() {
     let config = |spec_lookup, flash_attn| EngineConfig {
