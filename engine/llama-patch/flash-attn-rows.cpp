@@ -7,10 +7,11 @@
 // a dot product, an expf and an f16 multiply-add, each cell waiting on the
 // one before. A drafted step of 17 positions does all of that 17 times per
 // cell and head, which made a drafted position cost more on the fused
-// kernel than on the unfused ones, and a lone decode step slower than the
-// unfused one at long contexts.
+// kernel than on the unfused ones.
 //
-// How: the rows of a chunk that share a head are taken as a group, and the
+// How: each thread takes one share of the step's rows (patch.cmake's edit
+// to the dispatcher); the rows of its share that read the same K and V
+// (query heads sharing a K/V head included) are taken as a group, and the
 // cells a block of SKILLHOST_FA_CELLS at a time, as ggml's tiled kernel does
 // for 64 rows: each block's K and V rows are widened to f32 once for the
 // group; then for each row the block's scores (eight cells at a time, in
