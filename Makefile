@@ -46,7 +46,7 @@ test-rust:
 	$(CARGO) test --release --workspace --no-fail-fast
 
 test-python: build
-	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q tests/python
+	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) $(VENV)/bin/python -m pytest -q --durations=15 tests/python
 
 test-web: build $(VENV)/.installed code-deps
 	LLAMA_SERVER=$$(scripts/build-llama-server.sh --path) node $(BROWSER_TESTS)/webui.mjs

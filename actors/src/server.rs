@@ -542,8 +542,7 @@ impl Server {
         backend.count_tokens(prepared.text).await.map_err(|err| ChatError::Engine(err.to_string()))
     }
 
-    /// Makes the engine thread panic (fault-injection builds only).
-    #[cfg(feature = "fault-injection")]
+    /// Makes the engine thread panic (for tests of recovery).
     pub fn inject_engine_panic(&self) {
         let _ = self.supervisor.cast(SupervisorMsg::InjectEnginePanic);
     }

@@ -169,7 +169,6 @@ pub enum SupervisorMsg {
     /// on waits past their deadline.
     Tick,
     /// Sent by tests to make the default model's engine thread panic.
-    #[cfg(feature = "fault-injection")]
     InjectEnginePanic,
 }
 
@@ -401,7 +400,6 @@ impl Actor for Supervisor {
             SupervisorMsg::Artifacts(reply) => {
                 let _ = reply.send(state.artifacts.clone());
             }
-            #[cfg(feature = "fault-injection")]
             SupervisorMsg::InjectEnginePanic => {
                 if let Phase::Ready { actor, .. } = &state.slots[0].phase {
                     let _ = actor.cast(ModelMsg::InjectPanic);

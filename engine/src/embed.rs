@@ -151,7 +151,6 @@ fn take(command: Command, jobs: &mut VecDeque<Job>) {
             // The handle refuses chat on an embedding model before sending.
             let _ = reply.send(Err(EngineError::BadInput("this model is loaded for embeddings only".into())));
         }
-        #[cfg(feature = "fault-injection")]
         Command::Panic => panic!("injected engine panic"),
     }
 }

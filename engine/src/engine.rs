@@ -177,8 +177,7 @@ impl Engine {
         .map_err(|_| EngineError::Stopped)
     }
 
-    /// Makes the engine thread panic (fault-injection builds only).
-    #[cfg(feature = "fault-injection")]
+    /// Makes the engine thread panic (for tests of recovery).
     pub fn inject_panic(&self) {
         let _ = self.commands.send(Command::Panic);
     }

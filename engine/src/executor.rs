@@ -375,7 +375,6 @@ impl<'m> Executor<'m> {
                     }
                 }
             }
-            #[cfg(feature = "fault-injection")]
             Command::Panic => panic!("fault injection: engine thread panic requested"),
         }
     }

@@ -242,7 +242,6 @@ pub(crate) enum Command {
     /// reply holds one vector per input, in order.
     Embed { inputs: Vec<Vec<LlamaToken>>, reply: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>> },
     /// Makes the engine thread panic, to test recovery.
-    #[cfg(feature = "fault-injection")]
     Panic,
 }
 

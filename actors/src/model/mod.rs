@@ -4,7 +4,6 @@
 
 pub mod backend;
 pub mod catalog;
-#[cfg(feature = "scripted")]
 pub mod scripted;
 
 use std::sync::Arc;
@@ -80,7 +79,6 @@ pub enum ModelMsg {
     /// Sent by the watcher task when the engine thread ends.
     EngineExited(Exit),
     /// Sent by tests to make the engine thread panic.
-    #[cfg(feature = "fault-injection")]
     InjectPanic,
 }
 
@@ -88,7 +86,6 @@ pub struct ModelState {
     /// The running model.
     backend: Arc<dyn ModelBackend>,
     /// The engine itself, when this actor started one (for fault injection).
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     engine: Option<Engine>,
 }
 
@@ -136,7 +133,6 @@ impl Actor for ModelActor {
             // Failing hands the decision to the supervisor, which restarts us.
             ModelMsg::EngineExited(Exit::Panicked(message)) => Err(message.into()),
             ModelMsg::EngineExited(Exit::Normal) => Err("the engine thread ended".into()),
-            #[cfg(feature = "fault-injection")]
             ModelMsg::InjectPanic => {
                 if let Some(engine) = &state.engine {
                     engine.inject_panic();
