@@ -20,6 +20,9 @@ use super::{concurrent, median, percentile, ServerProcess, MODEL, N_CTX, N_PARAL
 
 /// Rounds of every side-by-side measure.
 const ROUNDS: usize = 3;
+/// Rounds of the drafting comparison: prose gains or loses a few percent
+/// with drafting, less than a round of it varies on a busy host.
+const LOOKUP_ROUNDS: usize = 5;
 /// Tokens in the shared system prompt of the prefix measures.
 const SHARED_SYSTEM_TOKENS: usize = 1500;
 
@@ -123,9 +126,14 @@ impl Row {
 }
 
 fn range(values: &[f64]) -> String {
+    range_to(values, 1)
+}
+
+/// `min–max` with `digits` decimals.
+fn range_to(values: &[f64], digits: usize) -> String {
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{min:.1}–{max:.1}")
+    format!("{min:.digits$}–{max:.digits$}")
 }
 
 fn pause() {
@@ -305,8 +313,9 @@ fn aggregate_rate(url: &str, prompts: &[(String, u32)]) -> f64 {
 /// default attention (`auto`: fused on the CPU) with drafting and without,
 /// both named so the rows stay what they say whatever the defaults, against
 /// llama-server without speculation and with each n-gram `--spec-type` its
-/// build offers; the servers take turns. (`--flash-attn prefill`'s rows are
-/// in docs/benchmarks.md from earlier runs.)
+/// build offers; every server is up at once and they take turns request by
+/// request. (`--flash-attn prefill`'s rows are in docs/benchmarks.md from
+/// earlier runs.)
 pub fn lookup(binary: PathBuf, threads: i32) {
     let baseline = Baseline { binary: binary.clone(), threads };
     // `LOOKUP_SPEC_TYPES=a,b` (or empty) measures only those of its kinds.
@@ -348,31 +357,48 @@ pub fn lookup(binary: PathBuf, threads: i32) {
             }
         })
         .collect();
-    eprintln!("drafting from the context against llama-server ({}), {ROUNDS} rounds…", types.join(", "));
-    let mut rows: Vec<[Vec<f64>; 3]> = configs.iter().map(|_| Default::default()).collect();
-    let mut texts: Vec<Option<String>> = configs.iter().map(|_| None).collect();
-    for _ in 0..ROUNDS {
-        for (i, (name, side, extra)) in configs.iter().enumerate() {
-            let started = Instant::now();
+    // Every server is up for the whole run and they take turns request by
+    // request, each round in another order, so a drift in the host's speed
+    // (minutes apart, it moved prose by 0.6× to 1.8× when each server ran its
+    // three workloads in a block of its own) falls on every server of a round
+    // alike, and each goal is judged on its ratio within a round.
+    eprintln!("drafting from the context against llama-server ({}), {LOOKUP_ROUNDS} rounds…", types.join(", "));
+    let servers: Vec<ServerProcess> = configs
+        .iter()
+        .map(|(_, side, extra)| {
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             let server = baseline.start(*side, &extra);
             decode_rate(&server.url, "Say hello.", 8);
-            let (copy_rate, text) = decode_rate(&server.url, &copy, 400);
+            server
+        })
+        .collect();
+    // rows[config][workload][round]
+    let mut rows: Vec<[Vec<f64>; 3]> = configs.iter().map(|_| Default::default()).collect();
+    let mut texts: Vec<Option<String>> = configs.iter().map(|_| None).collect();
+    for round in 0..LOOKUP_ROUNDS {
+        let started = Instant::now();
+        let order: Vec<usize> = (0..configs.len()).map(|i| (i + round) % configs.len()).collect();
+        for &i in &order {
+            pause();
+            let (copy_rate, text) = decode_rate(&servers[i].url, &copy, 400);
             texts[i].get_or_insert(text);
             rows[i][0].push(copy_rate);
-            rows[i][1].push(decode_rate(&server.url, &prose, 300).0);
-            rows[i][2].push(aggregate_rate(&server.url, &mixed));
-            eprintln!(
-                "  {name}: {:.1} / {:.1} / {:.1} tok/s ({:.0} s)",
-                rows[i][0].last().unwrap_or(&0.0),
-                rows[i][1].last().unwrap_or(&0.0),
-                rows[i][2].last().unwrap_or(&0.0),
-                started.elapsed().as_secs_f64()
-            );
         }
+        for &i in &order {
+            pause();
+            rows[i][1].push(decode_rate(&servers[i].url, &prose, 300).0);
+        }
+        for &i in &order {
+            pause();
+            rows[i][2].push(aggregate_rate(&servers[i].url, &mixed));
+        }
+        eprintln!("  round {}: {:.0} s", round + 1, started.elapsed().as_secs_f64());
     }
+    drop(servers);
     println!();
-    println!("drafting from the context, decode tok/s (greedy), median of {ROUNDS} (min–max), {threads} threads:");
+    println!(
+        "drafting from the context, decode tok/s (greedy), median of {LOOKUP_ROUNDS} (min–max), {threads} threads, every server up, taking turns request by request:"
+    );
     println!(
         "| server | copy-heavy turn | prose | 8 streams, copy and prose (aggregate) | copy text: as the first row's; lines copied |"
     );
@@ -385,20 +411,27 @@ pub fn lookup(binary: PathBuf, threads: i32) {
             format!("{}; {copied} of {lines}", if texts[i] == texts[0] { "same" } else { "differs" })
         });
     }
-    let best_theirs = |column: usize| {
-        configs
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, side, _))| *side == Side::LlamaServer)
-            .map(|(i, _)| median(rows[i][column].clone()))
-            .fold(0.0, f64::max)
+    // Each goal's ratio within every round: ours with drafting (row 0) over
+    // ours without (row 1), or over the fastest llama-server of that round.
+    let theirs: Vec<usize> = (0..configs.len()).filter(|&i| configs[i].1 == Side::LlamaServer).collect();
+    let ratios = |column: usize, against_theirs: bool| -> Vec<f64> {
+        (0..LOOKUP_ROUNDS)
+            .map(|round| {
+                let baseline = if against_theirs {
+                    theirs.iter().map(|&i| rows[i][column][round]).fold(0.0, f64::max)
+                } else {
+                    rows[1][column][round]
+                };
+                rows[0][column][round] / baseline
+            })
+            .collect()
     };
-    let ours = |column: usize| median(rows[0][column].clone());
+    let goal = |values: Vec<f64>| format!("{:.2}× ({}×)", median(values.clone()), range_to(&values, 2));
     println!(
-        "copy-heavy: {:.2}× our decode without lookup on the same attention (goal ≥ 2.0), {:.2}× llama-server's best (goal ≥ 1.2); prose {:.2}× without lookup (goal ≥ 0.97); 8 streams {:.2}× llama-server's best (goal ≥ 1.0)",
-        ours(0) / median(rows[1][0].clone()),
-        ours(0) / best_theirs(0),
-        ours(1) / median(rows[1][1].clone()),
-        ours(2) / best_theirs(2)
+        "within each round, median (min–max): copy-heavy {} our decode without lookup on the same attention (goal ≥ 2.0), {} llama-server's best (goal ≥ 1.2); prose {} without lookup (goal ≥ 0.97); 8 streams {} llama-server's best (goal ≥ 1.0)",
+        goal(ratios(0, false)),
+        goal(ratios(0, true)),
+        goal(ratios(1, false)),
+        goal(ratios(2, true))
     );
 }
