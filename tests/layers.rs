@@ -240,3 +240,24 @@ fn the_helper_crate_depends_on_nothing_of_the_servers() {
         assert!(!dependencies.contains(heavy), "sandbox/Cargo.toml depends on {heavy}");
     }
 }
+
+/// The test hooks (the scripted model, the engine panic) are compiled into
+/// every build so `cargo test` and `make build` make one binary; what keeps
+/// them out of reach is that no code of the server outside its tests names
+/// them. A route, flag or config field that did would fail here.
+#[test]
+fn only_tests_reach_the_test_hooks() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let test_only = test_only_files(&files);
+    let mut reached = Vec::new();
+    for file in files.iter().filter(|file| !test_only.contains(*file)) {
+        let code = code(&std::fs::read_to_string(file).unwrap());
+        for hook in ["scripted::", "inject_engine_panic", "inject_panic", "InjectEnginePanic"] {
+            if code.contains(hook) {
+                reached.push(format!("{} names {hook}", file.strip_prefix(root()).unwrap().display()));
+            }
+        }
+    }
+    assert_eq!(reached, Vec::<String>::new());
+}
